@@ -1,0 +1,22 @@
+# Every target sets up .venv first (idempotent, fast when nothing changed).
+PY := .venv/bin/python
+
+.PHONY: setup bench test lint docs clean
+
+setup:
+	@bash scripts/setup.sh
+
+bench: setup
+	$(PY) -m aioengine.bench --quick
+
+test: setup
+	bash scripts/test.sh
+
+lint: setup
+	.venv/bin/ruff check .
+
+docs: setup
+	.venv/bin/mkdocs build --strict --site-dir site
+
+clean:
+	rm -rf site .pytest_cache .ruff_cache

@@ -1,0 +1,155 @@
+"""EngineConfig: everything that shapes one engine (public API; bottom layer, no torch).
+
+It travels to child processes as msgpack (msgspec encodes the dataclass), never pickled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import msgspec
+
+TRANSPORT_SCHEMES = ("zmq", "shm", "uds")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEVICES = ("auto", "cpu", "cuda")
+EXECUTORS = ("auto", "uniproc", "mp")
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+DETOKENIZE_IN = ("host", "engine", "process")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Configuration of one engine. Validated on construction; every error names its field."""
+
+    model: str = "tiny"
+    """``tiny``, a preset name (``qwen2.5-0.5b``, ``llama-3.2-1b``; dummy weights), or a local
+    Hugging Face model directory (config.json + safetensors + tokenizer.json)."""
+    tokenizer: str | None = None
+    """Tokenizer directory; defaults to the model's."""
+    dtype: str = "auto"
+    device: str = "auto"
+    load_format: str = "auto"
+    seed: int = 0
+    transport: str = "shm"
+    """``zmq``, ``shm``, ``uds``, or a full transport URL for the client<->engine channels."""
+    executor: str = "auto"
+    """``uniproc`` (model in the engine process) or ``mp`` (one worker process per rank);
+    ``auto`` picks uniproc for one rank and mp for tensor parallelism."""
+    tensor_parallel_size: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    kv_cache_memory: int | None = None
+    """Bytes for the KV cache; ignored when ``num_kv_blocks`` is set."""
+    kv_cache_memory_fraction: float = 0.5
+    """Fraction of free memory for the KV cache when neither of the above is set."""
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    detokenize_in: str = "host"
+    startup_timeout: float = 120.0
+    dist_init_addr: str | None = None
+    """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _one_of("dtype", self.dtype, DTYPES)
+        _one_of("device", self.device, DEVICES)
+        _one_of("executor", self.executor, EXECUTORS)
+        _one_of("load_format", self.load_format, LOAD_FORMATS)
+        _one_of("detokenize_in", self.detokenize_in, DETOKENIZE_IN)
+        scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
+        if scheme not in TRANSPORT_SCHEMES:
+            raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "
+                             f"them, got {self.transport!r}")
+        if not self.model:
+            raise ValueError("model must be a model name or a local directory, got ''")
+        _positive("tensor_parallel_size", self.tensor_parallel_size)
+        _positive("max_num_seqs", self.max_num_seqs)
+        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        _positive("block_size", self.block_size)
+        if self.max_model_len is not None:
+            _positive("max_model_len", self.max_model_len)
+        if self.num_kv_blocks is not None:
+            _positive("num_kv_blocks", self.num_kv_blocks)
+        if self.kv_cache_memory is not None:
+            _positive("kv_cache_memory", self.kv_cache_memory)
+        if not 0.0 < self.kv_cache_memory_fraction <= 0.95:
+            raise ValueError("kv_cache_memory_fraction must be in (0, 0.95], "
+                             f"got {self.kv_cache_memory_fraction}")
+        if self.startup_timeout <= 0:
+            raise ValueError(f"startup_timeout must be positive, got {self.startup_timeout}")
+        if self.executor == "uniproc" and self.tensor_parallel_size > 1:
+            raise ValueError("executor 'uniproc' runs one rank; use executor 'mp' (or 'auto') "
+                             f"for tensor_parallel_size={self.tensor_parallel_size}")
+        if not self.enable_chunked_prefill and self.max_model_len is not None \
+                and self.max_model_len > self.max_num_batched_tokens:
+            raise ValueError(
+                f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens})"
+                f" must be at least max_model_len ({self.max_model_len})")
+
+    @property
+    def resolved_executor(self) -> str:
+        if self.executor != "auto":
+            return self.executor
+        return "mp" if self.tensor_parallel_size > 1 else "uniproc"
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_msgpack(self) -> bytes:
+        return msgspec.msgpack.encode(self)
+
+    @classmethod
+    def from_msgpack(cls, data: bytes) -> EngineConfig:
+        return msgspec.msgpack.decode(data, type=cls)
+
+    # ---- command line -----------------------------------------------------------------------
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        group = parser.add_argument_group("engine")
+        for f in fields(EngineConfig):
+            if f.name == "extra":
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            default = f.default
+            if f.type in ("bool",):
+                group.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+                continue
+            kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(
+                str(f.type), str)
+            choices = _CHOICES.get(f.name)
+            group.add_argument(flag, type=kind, default=default, choices=choices,
+                               help=(f"(default: {default})"))
+        return parser
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> EngineConfig:
+        kwargs = {f.name: getattr(args, f.name) for f in fields(cls)
+                  if f.name != "extra" and hasattr(args, f.name)}
+        return cls(**kwargs)
+
+
+_CHOICES = {"dtype": DTYPES, "device": DEVICES, "executor": EXECUTORS,
+            "load_format": LOAD_FORMATS, "detokenize_in": DETOKENIZE_IN}
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def cache_dir() -> str:
+    """Where built-in models are written: ``$AIOENGINE_CACHE`` or ``~/.cache/aioengine``."""
+    return os.environ.get("AIOENGINE_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "aioengine")

@@ -1,0 +1,36 @@
+"""msgspec Structs that cross process boundaries (encoded as msgpack, never pickled)."""
+
+from aioengine.messages.engine_io import (
+    AbortRequests,
+    AddRequest,
+    ClientMessage,
+    EngineFailure,
+    EngineMessage,
+    EngineStats,
+    RequestDelta,
+    StepOutputs,
+    TokenLogprob,
+    UtilityCall,
+    UtilityResult,
+)
+from aioengine.messages.sampling_params import SamplingParams
+from aioengine.messages.worker_io import (
+    NewSequence,
+    SampledToken,
+    ScheduledChunk,
+    StepInput,
+    StepResult,
+    WorkerCall,
+    WorkerCallResult,
+    WorkerError,
+    WorkerInbound,
+    WorkerOutbound,
+)
+
+__all__ = [
+    "AbortRequests", "AddRequest", "ClientMessage", "EngineFailure", "EngineMessage",
+    "EngineStats", "NewSequence", "RequestDelta", "SampledToken", "SamplingParams",
+    "ScheduledChunk", "StepInput", "StepOutputs", "StepResult", "TokenLogprob", "UtilityCall",
+    "UtilityResult", "WorkerCall", "WorkerCallResult", "WorkerError", "WorkerInbound",
+    "WorkerOutbound",
+]

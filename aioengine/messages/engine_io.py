@@ -1,0 +1,96 @@
+"""Messages between the client (host) and the engine process.
+
+Down (client -> engine) on the request channel: ``ClientMessage``.
+Up (engine -> client) on the output channel: ``EngineMessage``.
+Each channel has one typed msgspec decoder; tags select the variant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+from aioengine.messages.sampling_params import SamplingParams
+
+
+class TokenLogprob(msgspec.Struct, array_like=True):
+    """Log-probability of one sampled token plus the top-n alternatives at that position."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = msgspec.field(default_factory=list)
+
+
+# ---- client -> engine ---------------------------------------------------------------------
+
+class AddRequest(msgspec.Struct, tag="add"):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+    priority: int = 0  # lower value is scheduled first; FCFS within a priority
+    eos_token_id: int | None = None
+
+
+class AbortRequests(msgspec.Struct, tag="abort"):
+    request_ids: list[str]
+
+
+class UtilityCall(msgspec.Struct, tag="call"):
+    """``get_stats``, ``reset_prefix_cache``, ``ping``; the reply carries the same ``call_id``."""
+
+    call_id: int
+    method: str
+    args: list[Any] = msgspec.field(default_factory=list)
+
+
+ClientMessage = Union[AddRequest, AbortRequests, UtilityCall]
+
+
+# ---- engine -> client ---------------------------------------------------------------------
+
+class RequestDelta(msgspec.Struct, omit_defaults=True):
+    """What one request produced in one engine step."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprob] | None = None
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    stop_token_id: int | None = None
+    num_cached_tokens: int = 0
+    error: str | None = None  # set with finish_reason "error"
+    first_scheduled_time: float | None = None
+
+
+class StepOutputs(msgspec.Struct, tag="outputs"):
+    outputs: list[RequestDelta]
+    timestamp: float
+
+
+class UtilityResult(msgspec.Struct, tag="result"):
+    call_id: int
+    result: Any = None
+    error: str | None = None
+
+
+class EngineFailure(msgspec.Struct, tag="failure"):
+    """Sent once, best effort, before the engine exits through ERROR."""
+
+    message: str
+    traceback: str = ""
+
+
+EngineMessage = Union[StepOutputs, UtilityResult, EngineFailure]
+
+
+class EngineStats(msgspec.Struct, kw_only=True):
+    num_running: int
+    num_waiting: int
+    num_preempted_total: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    prefix_cache_hit_rate: float
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    num_requests_finished_total: int = 0

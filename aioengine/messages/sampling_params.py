@@ -1,0 +1,73 @@
+"""SamplingParams: per-request generation controls (public API; crosses process boundaries)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """How to pick tokens for one request. Every field is validated on construction with a
+    ``ValueError`` that names the field, so a bad request never reaches the engine."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1: no top-k cut
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+    stop_token_ids: list[int] = msgspec.field(default_factory=list)
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    logprobs: int | None = None  # None: none; 0: the sampled token's; n: plus the top n
+    skip_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        _check_int("max_tokens", self.max_tokens, low=1)
+        _check_float("temperature", self.temperature, low=0.0, high=100.0)
+        _check_float("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
+        _check_int("top_k", self.top_k, low=-1)
+        if self.top_k == 0:
+            raise ValueError("top_k must be -1 (disabled) or at least 1, got 0")
+        _check_float("min_p", self.min_p, low=0.0, high=1.0)
+        _check_float("repetition_penalty", self.repetition_penalty, low=0.0, high=100.0,
+                     low_open=True)
+        _check_float("presence_penalty", self.presence_penalty, low=-2.0, high=2.0)
+        _check_float("frequency_penalty", self.frequency_penalty, low=-2.0, high=2.0)
+        if self.seed is not None:
+            _check_int("seed", self.seed, low=0, high=2**63 - 1)
+        if not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if not all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
+            raise ValueError(
+                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
+        _check_int("min_tokens", self.min_tokens, low=0, high=self.max_tokens)
+        if self.logprobs is not None:
+            _check_int("logprobs", self.logprobs, low=0, high=20)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _check_int(name: str, value: object, *, low: int, high: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+
+
+def _check_float(name: str, value: object, *, low: float, high: float,
+                 low_open: bool = False) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if value < low or value > high or (low_open and value == low):
+        left = "(" if low_open else "["
+        raise ValueError(f"{name} must be in {left}{low}, {high}], got {value}")

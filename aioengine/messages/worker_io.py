@@ -1,0 +1,79 @@
+"""Messages between the engine process and its worker processes.
+
+Down: one ``StepInput`` per engine step, broadcast to every rank (or ``WorkerCall``).
+Up: rank 0 answers each with a ``StepResult`` (or ``WorkerCallResult``); any rank that raises
+answers with a ``WorkerError`` carrying its traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+from aioengine.messages.engine_io import TokenLogprob
+from aioengine.messages.sampling_params import SamplingParams
+
+
+class NewSequence(msgspec.Struct, array_like=True):
+    """Sent once when a request (re)enters the running set; the worker keeps sampling state
+    (params, seed, tokens so far for penalties) until it sees the id in ``finished_ids``."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]  # non-empty when resumed after preemption
+    params: SamplingParams
+
+
+class ScheduledChunk(msgspec.Struct, array_like=True):
+    """Tokens of one sequence to run this step: a prefill chunk or one decode token."""
+
+    request_id: str
+    token_ids: list[int]  # the tokens whose KV to compute, at positions start_pos...
+    start_pos: int
+    block_table: list[int]  # all of the sequence's blocks so far (covering start_pos+len-1)
+    sample: bool  # True when the last token of this chunk is the last known token
+
+
+class StepInput(msgspec.Struct, tag="step"):
+    step_id: int
+    new_sequences: list[NewSequence]
+    chunks: list[ScheduledChunk]
+    finished_ids: list[str]  # drop sampling state (finished, aborted, or preempted)
+
+
+class WorkerCall(msgspec.Struct, tag="call"):
+    """Control: ``shutdown``, ``profile_memory``, ``ping``."""
+
+    call_id: int
+    method: str
+    args: list[Any] = msgspec.field(default_factory=list)
+
+
+WorkerInbound = Union[StepInput, WorkerCall]
+
+
+class SampledToken(msgspec.Struct, array_like=True):
+    request_id: str
+    token_id: int
+    logprob: TokenLogprob | None = None
+
+
+class StepResult(msgspec.Struct, tag="step"):
+    step_id: int
+    sampled: list[SampledToken]  # one per chunk with sample=True, in chunk order
+
+
+class WorkerCallResult(msgspec.Struct, tag="result"):
+    call_id: int
+    result: Any = None
+
+
+class WorkerError(msgspec.Struct, tag="error"):
+    rank: int
+    exc_type: str
+    message: str
+    traceback: str
+
+
+WorkerOutbound = Union[StepResult, WorkerCallResult, WorkerError]

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The one test command (README and CI): lint, the docs build, then the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check .
+if [ -f mkdocs.yml ]; then
+    .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+fi
+exec .venv/bin/python -m pytest "$@"

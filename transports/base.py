@@ -1,0 +1,80 @@
+"""The transport contract: every implementation provides these endpoint classes.
+
+A message is a header (bytes-like) plus zero or more out-of-band buffers. Implementations must
+not copy a buffer more than the wire needs. Endpoints come as blocking (``Sync*``) and asyncio
+(``Async*``) forms; any sync side talks to any async side of the same transport, across
+processes.
+
+Roles: the *binding* side creates the address (socket file, segment, port) and owns its cleanup;
+the *connecting* side attaches to ``address``. By default the writer binds. Broadcast has one
+writer and ``num_readers`` readers; each reader connects with its ``rank`` (0..N-1) and the
+writer's first ``send`` waits until every reader has connected, so no early message is lost.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Union
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+@dataclass(slots=True)
+class Message:
+    """One received message. ``header`` and ``buffers`` may be views into transport memory that
+    stay valid until the next ``recv`` on the same endpoint; copy them to keep them longer."""
+
+    header: memoryview
+    buffers: list[memoryview] = field(default_factory=list)
+
+
+class Endpoint(abc.ABC):
+    """Common to every endpoint: an address to report, and an idempotent close."""
+
+    @property
+    @abc.abstractmethod
+    def address(self) -> str:
+        """The full URL a peer passes to connect (with the bound port for ``zmq+tcp://...:0``)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything (fds, mappings, files). Idempotent. Wakes any waiter on this
+        endpoint with ``ChannelClosedError``. The binding side removes its socket file or
+        segment here."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncWriter(Endpoint):
+    @abc.abstractmethod
+    def send(self, header: Buffer, buffers: Sequence[Buffer] = (), timeout: float | None = None) -> None:
+        """Send one message. Blocks while the channel is full (bounded backpressure); raises
+        ``TimeoutError`` after ``timeout`` seconds, ``PeerClosedError`` if the peer is gone."""
+
+
+class SyncReader(Endpoint):
+    @abc.abstractmethod
+    def recv(self, timeout: float | None = None) -> Message:
+        """Receive the next message in order. Raises ``TimeoutError`` after ``timeout`` seconds,
+        ``PeerClosedError`` within 1 s of the writer's death, ``ChannelClosedError`` on close."""
+
+
+class AsyncWriter(Endpoint):
+    @abc.abstractmethod
+    async def send(
+        self, header: Buffer, buffers: Sequence[Buffer] = (), timeout: float | None = None
+    ) -> None:
+        """As ``SyncWriter.send`` but awaits instead of blocking the event loop."""
+
+
+class AsyncReader(Endpoint):
+    @abc.abstractmethod
+    async def recv(self, timeout: float | None = None) -> Message:
+        """As ``SyncReader.recv`` but awaits. Cancelling it loses no message: the next ``recv``
+        gets the one that was pending."""
