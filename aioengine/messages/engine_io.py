@@ -61,6 +61,7 @@ class RequestDelta(msgspec.Struct, omit_defaults=True):
     num_cached_tokens: int = 0
     error: str | None = None  # set with finish_reason "error"
     first_scheduled_time: float | None = None
+    new_text: str | None = None  # only when the engine detokenizes (detokenize_in="engine")
 
 
 class StepOutputs(msgspec.Struct, tag="outputs"):
