@@ -16,7 +16,7 @@ lint: setup
 	.venv/bin/ruff check .
 
 docs: setup
-	.venv/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf site .pytest_cache .ruff_cache

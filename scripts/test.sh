@@ -5,6 +5,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 if [ -f mkdocs.yml ]; then
-    .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
+    NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$(mktemp -d)"
 fi
 exec .venv/bin/python -m pytest "$@"
