@@ -42,11 +42,17 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
         _check_float("frequency_penalty", self.frequency_penalty, low=-2.0, high=2.0)
         if self.seed is not None:
             _check_int("seed", self.seed, low=0, high=2**63 - 1)
-        if not all(isinstance(s, str) and s for s in self.stop):
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s
+                                                      for s in self.stop):
             raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
-        if not all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
+        if not isinstance(self.stop_token_ids, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                for t in self.stop_token_ids):
             raise ValueError(
                 f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
+        for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         _check_int("min_tokens", self.min_tokens, low=0, high=self.max_tokens)
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, low=0, high=20)

@@ -1,0 +1,190 @@
+"""Batched token sampling with different parameters per row.
+
+Order of operations for one step (each row independently):
+
+1. log-probabilities, when asked (``params.logprobs``): ``log_softmax`` of the *raw* model
+   logits, before any masking, penalty or temperature (vLLM's default "raw logprobs"), so they
+   describe the model, not the sampling settings;
+2. ``min_tokens``: the request's stop token ids and eos (unless ``ignore_eos``) are masked while
+   fewer than ``min_tokens`` tokens were produced;
+3. penalties: repetition (prompt and output tokens), frequency and presence (output tokens);
+4. greedy rows (temperature 0) take the argmax here;
+5. other rows: temperature, then top-k, top-p (on the renormalised top-k set), min-p, and one
+   draw by exponential race ``argmax(p / E)``. Rows with a ``seed`` draw ``E`` from a generator
+   seeded by (seed, output index), so a seeded request gives the same tokens whatever else is
+   in the batch, and again after preemption by recompute. Other rows share the sampler's
+   generator (seeded from the engine's seed).
+
+An all-greedy batch without penalties, ``min_tokens`` or logprobs is one ``argmax``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from aioengine.messages.engine_io import TokenLogprob
+from aioengine.worker.sampler_ops import (
+    apply_min_p,
+    apply_penalties,
+    apply_top_k_top_p,
+    exponential_race,
+    position_seed,
+)
+from aioengine.worker.sampler_state import SequenceState
+
+
+@dataclass(slots=True)
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[TokenLogprob | None]  # per row; None where the request did not ask
+
+
+class Sampler:
+    """Samples one token per row of ``logits`` ``[n, >=vocab_size]`` for ``states[i]``."""
+
+    def __init__(self, vocab_size: int, seed: int = 0) -> None:
+        if vocab_size < 1:
+            raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self._seed = seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        gen = self._generators.get(device)
+        if gen is None:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(self._seed)
+            self._generators[device] = gen
+        return gen
+
+    @torch.inference_mode()
+    def sample(self, logits: torch.Tensor, states: Sequence[SequenceState]) -> SamplerOutput:
+        n = len(states)
+        if logits.dim() != 2 or logits.shape[0] != n:
+            raise ValueError(f"logits must be [{n}, vocab] for {n} sequences, "
+                             f"got {tuple(logits.shape)}")
+        if logits.shape[1] < self.vocab_size:
+            raise ValueError(f"logits have {logits.shape[1]} columns, fewer than the vocabulary "
+                             f"size {self.vocab_size}")
+        if n == 0:
+            return SamplerOutput([], [])
+        logits = logits[:, :self.vocab_size]
+        all_greedy = True
+        plain = True  # no penalties, no min_tokens mask, no logprobs
+        for s in states:
+            all_greedy &= s.greedy
+            plain &= not (s.has_penalty or s.params.logprobs is not None or s.masks_stop_now)
+        if all_greedy and plain:
+            return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * n)
+        return self._sample_general(logits.float(), states, all_greedy)
+
+    def _sample_general(self, raw: torch.Tensor, states: Sequence[SequenceState],
+                        all_greedy: bool) -> SamplerOutput:
+        device = raw.device
+        lp_rows = [i for i, s in enumerate(states) if s.params.logprobs is not None]
+        raw_logprobs = raw[lp_rows].log_softmax(dim=-1) if lp_rows else None
+        x = raw.clone()
+
+        mask_rows: list[int] = []
+        mask_cols: list[int] = []
+        for i, s in enumerate(states):
+            if s.masks_stop_now:
+                ids = [t for t in s.min_tokens_mask_ids if t < self.vocab_size]
+                mask_rows.extend([i] * len(ids))
+                mask_cols.extend(ids)
+        if mask_rows:
+            x[torch.tensor(mask_rows, device=device), torch.tensor(mask_cols, device=device)] = \
+                float("-inf")
+
+        pen_rows = [i for i, s in enumerate(states) if s.has_penalty]
+        if pen_rows:
+            self._penalise(x, pen_rows, [states[i] for i in pen_rows])
+
+        tokens = x.argmax(dim=-1) if all_greedy else self._sample_random(x, states)
+        token_ids: list[int] = tokens.tolist()
+        return SamplerOutput(token_ids, self._logprobs(raw_logprobs, lp_rows, states, token_ids))
+
+    def _penalise(self, x: torch.Tensor, rows: list[int], states: list[SequenceState]) -> None:
+        device, vocab, n = x.device, self.vocab_size, len(rows)
+        # One spare column takes padding and out-of-vocabulary ids, then is dropped.
+        prompt_mask = torch.zeros(n, vocab + 1, dtype=torch.bool, device=device)
+        counts = torch.zeros(n, vocab + 1, dtype=torch.float32, device=device)
+        longest = max(len(s.output_token_ids) for s in states)
+        if longest:
+            out = torch.tensor([s.output_token_ids + [vocab] * (longest - len(s.output_token_ids))
+                                for s in states], dtype=torch.long, device=device)
+            counts.scatter_add_(1, out.clamp_(0, vocab), torch.ones_like(out, dtype=counts.dtype))
+        for j, s in enumerate(states):
+            if s.params.repetition_penalty != 1.0:
+                prompt_mask[j].index_fill_(0, s.prompt_ids_tensor(device).clamp(0, vocab), True)
+        sub = x[rows]
+        apply_penalties(
+            sub, prompt_mask[:, :vocab], counts[:, :vocab],
+            torch.tensor([s.params.repetition_penalty for s in states], device=device),
+            torch.tensor([s.params.presence_penalty for s in states], device=device),
+            torch.tensor([s.params.frequency_penalty for s in states], device=device),
+        )
+        x[rows] = sub
+
+    def _sample_random(self, x: torch.Tensor, states: Sequence[SequenceState]) -> torch.Tensor:
+        device = x.device
+        greedy = [s.greedy for s in states]
+        rand_rows = [i for i, g in enumerate(greedy) if not g]
+        rstates = [states[i] for i in rand_rows]
+        mixed = len(rand_rows) != len(states)
+        r = x[rand_rows] if mixed else x
+        r = r / torch.tensor([s.params.temperature for s in rstates], device=device).unsqueeze(1)
+
+        top_k = top_p = None
+        max_k = 0
+        if any(s.has_top_k for s in rstates):
+            ks = [s.params.top_k if s.has_top_k else self.vocab_size for s in rstates]
+            max_k = min(max(s.params.top_k for s in rstates if s.has_top_k), self.vocab_size)
+            top_k = torch.tensor(ks, device=device).clamp_(max=self.vocab_size)
+        if any(s.has_top_p for s in rstates):
+            top_p = torch.tensor([s.params.top_p if s.has_top_p else 2.0 for s in rstates],
+                                 device=device)
+        if top_k is not None or top_p is not None:
+            r = apply_top_k_top_p(r, top_k, max_k, top_p)
+        if any(s.has_min_p for s in rstates):
+            r = apply_min_p(r, torch.tensor([s.params.min_p for s in rstates], device=device))
+
+        probs = r.softmax(dim=-1)
+        noise = torch.empty_like(probs).exponential_(generator=self._generator(device))
+        for j, s in enumerate(rstates):
+            if s.params.seed is not None:
+                gen = torch.Generator(device=device)
+                gen.manual_seed(position_seed(s.params.seed, len(s.output_token_ids)))
+                noise[j].exponential_(generator=gen)
+        sampled = exponential_race(probs, noise)
+        if not mixed:
+            return sampled
+        tokens = x.argmax(dim=-1)
+        tokens[rand_rows] = sampled
+        return tokens
+
+    @staticmethod
+    def _logprobs(raw_logprobs: torch.Tensor | None, rows: list[int],
+                  states: Sequence[SequenceState], token_ids: list[int]
+                  ) -> list[TokenLogprob | None]:
+        result: list[TokenLogprob | None] = [None] * len(states)
+        if raw_logprobs is None:
+            return result
+        device = raw_logprobs.device
+        chosen = raw_logprobs.gather(
+            1, torch.tensor([token_ids[i] for i in rows], device=device).unsqueeze(1))
+        chosen_list: list[float] = chosen.squeeze(1).tolist()
+        top_n = max(states[i].params.logprobs or 0 for i in rows)
+        top_vals: list[list[float]] = []
+        top_ids: list[list[int]] = []
+        if top_n:
+            top = raw_logprobs.topk(min(top_n, raw_logprobs.shape[1]), dim=-1)
+            top_vals, top_ids = top.values.tolist(), top.indices.tolist()
+        for j, i in enumerate(rows):
+            n = states[i].params.logprobs or 0
+            pairs = list(zip(top_ids[j][:n], top_vals[j][:n], strict=True)) if n else []
+            result[i] = TokenLogprob(token_ids[i], chosen_list[j], pairs)
+        return result

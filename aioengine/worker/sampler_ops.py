@@ -1,0 +1,82 @@
+"""Batched tensor operations of the sampler, one row per sequence, parameters per row.
+
+Every function works on float32 logits ``[n, vocab]`` and is row-independent: a row's result
+never depends on the other rows, which is what makes seeded sampling reproducible whatever
+else is in the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_MASK64 = (1 << 64) - 1
+
+
+def position_seed(seed: int, index: int) -> int:
+    """A 63-bit generator seed for output position ``index`` of a request seeded ``seed``
+    (splitmix64 finaliser, so nearby (seed, index) pairs give unrelated streams)."""
+    z = (seed * 0x9E3779B97F4A7C15 + (index + 1) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) >> 1
+
+
+def apply_penalties(logits: torch.Tensor, prompt_mask: torch.Tensor, output_counts: torch.Tensor,
+                    repetition: torch.Tensor, presence: torch.Tensor,
+                    frequency: torch.Tensor) -> None:
+    """In place, OpenAI/vLLM definitions. ``prompt_mask`` (bool) and ``output_counts`` (float)
+    are ``[n, vocab]``; the penalties are ``[n]``.
+
+    - repetition (over prompt and output tokens): positive logits divided by it, negative ones
+      multiplied by it;
+    - frequency: minus ``frequency * count`` of the token among the outputs;
+    - presence: minus ``presence`` once the token appears among the outputs.
+    """
+    seen = prompt_mask | (output_counts > 0)
+    rep = repetition.unsqueeze(1)
+    penalised = torch.where(logits > 0, logits / rep, logits * rep)
+    logits.copy_(torch.where(seen, penalised, logits))
+    logits -= frequency.unsqueeze(1) * output_counts
+    logits -= presence.unsqueeze(1) * (output_counts > 0).to(logits.dtype)
+
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, max_k: int,
+                      top_p: torch.Tensor | None) -> torch.Tensor:
+    """Mask (to -inf) tokens outside each row's top ``k`` and outside the smallest set whose
+    probability mass (after the top-k cut, renormalised) reaches ``p``. ``top_k`` holds the
+    vocabulary size for rows without a cut and ``max_k`` is the largest real cut (known on the
+    host, so no device sync); ``top_p`` holds values >= 1 for rows without a cut. The most
+    likely token always survives. Ties at the k-th value are all kept."""
+    vocab = logits.shape[-1]
+    if top_p is None:
+        assert top_k is not None
+        # Only a top-k cut: a partial top-k gives each row's k-th value without a full sort.
+        kth_values = torch.topk(logits, max_k, dim=-1).values
+        kth = kth_values.gather(1, (top_k - 1).clamp(max=max_k - 1).unsqueeze(1))
+        kth = kth.masked_fill(top_k.unsqueeze(1) >= vocab, float("-inf"))
+        return logits.masked_fill(logits < kth, float("-inf"))
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    if top_k is not None:
+        ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
+        sorted_logits = sorted_logits.masked_fill(ranks >= top_k.unsqueeze(1), float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # probability of the strictly better tokens
+    drop = mass_before >= top_p.unsqueeze(1)
+    drop[:, 0] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Mask tokens whose probability is below ``min_p`` times the row's top probability.
+    Relative to the top token, so it commutes with the renormalisation of top-k/top-p."""
+    probs = logits.softmax(dim=-1)
+    threshold = probs.amax(dim=-1, keepdim=True) * min_p.unsqueeze(1)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def exponential_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Sample one token per row: ``argmax(p / E)`` with ``E ~ Exp(1)`` picks token ``i`` with
+    probability ``p_i`` (the exponential-race form of Gumbel-max). Tokens with ``p = 0`` never
+    win. ``noise`` is clamped away from 0 (``exponential_`` can return 0 in float32)."""
+    return (probs / noise.clamp_min_(torch.finfo(noise.dtype).tiny)).argmax(dim=-1)
