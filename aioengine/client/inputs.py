@@ -1,0 +1,65 @@
+"""Checks on everything a caller hands to ``generate``/``chat``: every bad input becomes a
+``ValueError`` naming the cause, raised before anything is sent to the engine."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from aioengine.client.tokenizer import Tokenizer
+from aioengine.messages.sampling_params import SamplingParams
+
+Prompt = str | list[int]
+
+
+def check_params(params: SamplingParams | None, vocab_size: int) -> SamplingParams:
+    if params is None:
+        return SamplingParams()
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+    # Fields may have been assigned after construction: validate again.
+    params.__post_init__()
+    bad = [t for t in params.stop_token_ids if t >= vocab_size]
+    if bad:
+        raise ValueError(f"stop_token_ids {bad} are outside the vocabulary (size {vocab_size})")
+    return params
+
+
+def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -> list[int]:
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ValueError("prompt is empty")
+        ids = tokenizer.encode(prompt)
+    elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
+        ids = list(prompt)
+        vocab = tokenizer.vocab_size
+        for i, t in enumerate(ids):
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
+                raise ValueError(f"prompt token id at position {i} must be an integer in "
+                                 f"[0, {vocab}), got {t!r}")
+    else:
+        raise ValueError(f"prompt must be a string or a list of token ids, "
+                         f"got {type(prompt).__name__}")
+    if not ids:
+        raise ValueError("prompt has no tokens")
+    if len(ids) >= max_model_len:
+        raise ValueError(f"prompt has {len(ids)} tokens, longer than the model's context allows "
+                         f"(max_model_len={max_model_len}, at least one token must be generated)")
+    return ids
+
+
+def check_request_id(request_id: str | None, in_use: object) -> str:
+    """A fresh id when None; otherwise a non-empty string not ``in`` ``in_use``."""
+    if request_id is None:
+        return uuid.uuid4().hex
+    if not isinstance(request_id, str) or not request_id:
+        raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+    if request_id in in_use:  # type: ignore[operator]
+        raise ValueError(f"request_id {request_id!r} is already in use by a running request")
+    return request_id
+
+
+def check_priority(priority: int) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    return priority

@@ -1,0 +1,83 @@
+"""The host's tokenizer: the ``tokenizers`` library directly (never transformers, which imports
+torch), plus the special tokens and chat template from ``tokenizer_config.json``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tokenizers import Tokenizer as HFTokenizer
+
+from aioengine.client.chat_template import ChatMessage, ChatTemplate, pick_template
+from aioengine.engine.detokenize import IncrementalDetokenizer, load_hf_tokenizer
+
+
+def _token_text(value: Any) -> str | None:
+    """Special tokens in tokenizer_config.json are strings or AddedToken dicts."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class Tokenizer:
+    """Encode, decode, and render chat for one model directory."""
+
+    def __init__(self, hf: HFTokenizer, config: Mapping[str, Any] | None = None,
+                 path: str = "") -> None:
+        self.hf = hf
+        self.path = path
+        config = dict(config or {})
+        self.bos_token = _token_text(config.get("bos_token"))
+        self.eos_token = _token_text(config.get("eos_token"))
+        self.bos_token_id = self._id_of(self.bos_token)
+        self.eos_token_id = self._id_of(self.eos_token)
+        source = pick_template(config.get("chat_template"))
+        self.chat_template = (ChatTemplate(source, bos_token=self.bos_token,
+                                           eos_token=self.eos_token) if source else None)
+        self.vocab_size = hf.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def from_dir(cls, path: str) -> Tokenizer:
+        """Load ``tokenizer.json`` (and ``tokenizer_config.json`` when present) from ``path``."""
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"tokenizer directory {path!r} does not exist")
+        hf = load_hf_tokenizer(path)
+        config: dict[str, Any] = {}
+        cfg_file = os.path.join(path, "tokenizer_config.json")
+        if os.path.isfile(cfg_file):
+            with open(cfg_file, encoding="utf-8") as f:
+                config = json.load(f)
+        tmpl_file = os.path.join(path, "chat_template.jinja")
+        if "chat_template" not in config and os.path.isfile(tmpl_file):
+            with open(tmpl_file, encoding="utf-8") as f:
+                config["chat_template"] = f.read()
+        return cls(hf, config, path)
+
+    def _id_of(self, token: str | None) -> int | None:
+        return None if token is None else self.hf.token_to_id(token)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise ValueError(f"prompt text must be a string, got {type(text).__name__}")
+        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.hf.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    def detokenizer(self, prompt_token_ids: list[int],
+                    skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self.hf, prompt_token_ids, skip_special_tokens)
+
+    def apply_chat_template(self, messages: Sequence[ChatMessage], *,
+                            add_generation_prompt: bool = True, **extra: Any) -> str:
+        if self.chat_template is None:
+            raise ValueError(f"the tokenizer at {self.path!r} has no chat template "
+                             "(no 'chat_template' in tokenizer_config.json)")
+        return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt,
+                                         **extra)
+
+    def encode_chat(self, messages: Sequence[ChatMessage], **extra: Any) -> list[int]:
+        # The template writes BOS itself when the model wants one, as transformers does.
+        return self.encode(self.apply_chat_template(messages, **extra), add_special_tokens=False)
