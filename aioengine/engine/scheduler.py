@@ -1,0 +1,223 @@
+"""Continuous-batching scheduler with chunked prefill, prefix caching and preemption.
+
+One step: running decodes first (one token each), then running prefills continue in chunks
+with the remaining token budget, then waiting requests are admitted (strict priority, FCFS
+within a priority). When a running request cannot get a block, the lowest-priority, newest
+request not yet scheduled this step is preempted: its blocks are freed and it waits again to be
+recomputed from its prompt and the tokens it already produced, so its output does not change.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+
+from aioengine.engine.block_manager import BlockManager
+from aioengine.engine.request import FinishReason, Request, RequestStatus
+from aioengine.engine.stop_checker import check_stop
+from aioengine.messages.engine_io import RequestDelta
+from aioengine.messages.worker_io import NewSequence, ScheduledChunk, StepInput, StepResult
+
+logger = logging.getLogger(__name__)
+
+
+def _key(req: Request) -> tuple[int, int]:
+    return req.sort_key
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, *, max_num_seqs: int,
+                 max_num_batched_tokens: int, max_model_len: int,
+                 enable_chunked_prefill: bool = True) -> None:
+        self.bm = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.requests: dict[str, Request] = {}  # unfinished only
+        self.waiting: list[Request] = []  # sorted by (priority, seq)
+        self.running: list[Request] = []  # sorted by (priority, seq)
+        self._finished_ids: list[str] = []  # workers drop these at the next step
+        self._next_seq = 0
+        self._next_step = 0
+        self.num_preempted_total = 0
+        self.num_finished_total = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    # ---- requests in and out ---------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        if req.request_id in self.requests:
+            raise ValueError(f"request id {req.request_id!r} is already in the engine")
+        req.seq = self._next_seq
+        self._next_seq += 1
+        self.requests[req.request_id] = req
+        bisect.insort(self.waiting, req, key=_key)
+
+    def abort(self, request_ids: list[str]) -> list[Request]:
+        """Finish the given requests with ``abort`` and free their blocks at once. Unknown or
+        already finished ids are ignored. Returns the requests aborted."""
+        aborted = []
+        for rid in request_ids:
+            req = self.requests.get(rid)
+            if req is None:
+                continue
+            if req.status is RequestStatus.RUNNING:
+                self.running.remove(req)
+                self._finished_ids.append(rid)
+            else:
+                self.waiting.remove(req)
+            self._finish(req, FinishReason.ABORT)
+            aborted.append(req)
+        return aborted
+
+    def _finish(self, req: Request, reason: FinishReason | None = None) -> None:
+        if reason is not None:
+            req.finish(reason)
+        self.bm.free(req)
+        del self.requests[req.request_id]
+        self.num_finished_total += 1
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # ---- scheduling ------------------------------------------------------------------------
+    def schedule(self) -> StepInput:
+        """Pick this step's work. The caller runs it and hands the result to ``update``."""
+        budget = self.max_num_batched_tokens
+        scheduled: set[str] = set()
+        chunks: list[ScheduledChunk] = []
+        new_seqs: list[NewSequence] = []
+        preempted_before = self.num_preempted_total
+
+        def emit(req: Request, n: int) -> None:
+            nonlocal budget
+            start = req.num_computed_tokens
+            chunks.append(ScheduledChunk(req.request_id, req.token_ids[start:start + n], start,
+                                         list(req.block_ids), start + n == req.num_tokens))
+            scheduled.add(req.request_id)
+            budget -= n
+
+        # Running requests: decodes, then prefills still in progress.
+        for decodes in (True, False):
+            for req in list(self.running):
+                if budget <= 0:
+                    break
+                if req.request_id in scheduled or req.status is not RequestStatus.RUNNING:
+                    continue
+                remaining = req.num_tokens - req.num_computed_tokens
+                if (remaining == 1) != decodes:
+                    continue
+                n = min(remaining, budget)
+                if n < remaining and not self.enable_chunked_prefill \
+                        and remaining <= self.max_num_batched_tokens:
+                    break  # waits for a step with room for all of it
+                n = self._make_room(req, n, scheduled, shrink=not decodes)
+                if n:
+                    emit(req, n)
+
+        # Waiting requests, unless this step had to preempt (they would take the blocks back).
+        while self.waiting and self.num_preempted_total == preempted_before and budget > 0 \
+                and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            cached = self.bm.find_cached_prefix(req)
+            remaining = req.num_tokens - len(cached) * self.bm.block_size
+            if remaining <= budget:
+                n = remaining
+            elif self.enable_chunked_prefill or remaining > self.max_num_batched_tokens:
+                n = budget
+            else:
+                break
+            if not self.bm.allocate(req, n, cached):
+                break
+            self.waiting.pop(0)
+            bisect.insort(self.running, req, key=_key)
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = time.time()
+                self.prompt_tokens_total += req.num_prompt_tokens
+            req.status = RequestStatus.RUNNING
+            new_seqs.append(NewSequence(req.request_id, req.prompt_token_ids,
+                                        req.output_token_ids, req.params))
+            emit(req, n)
+
+        finished, self._finished_ids = self._finished_ids, []
+        self._next_step += 1
+        return StepInput(self._next_step, new_seqs, chunks, finished)
+
+    def _room(self, req: Request) -> int:
+        """Tokens ``req`` could still add with the blocks it holds plus every free block."""
+        return (len(req.block_ids) + self.bm.num_free_blocks) * self.bm.block_size \
+            - req.num_computed_tokens
+
+    def _make_room(self, req: Request, n: int, scheduled: set[str], *, shrink: bool) -> int:
+        """Allocate blocks for ``n`` tokens of running ``req`` (or, with ``shrink``, for as many
+        as fit, at least one), preempting the lowest-priority, newest request not scheduled this
+        step while none fit. Returns the tokens allocated: 0 when ``req`` itself was the victim."""
+        while True:
+            if shrink and self.enable_chunked_prefill:
+                n = min(n, max(1, self._room(req)))
+            if self.bm.allocate(req, n):
+                return n
+            victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
+            self._preempt(victim)
+            if victim is req:
+                return 0
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.bm.free(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.num_preempted_total += 1
+        self._finished_ids.append(req.request_id)
+        bisect.insort(self.waiting, req, key=_key)
+        logger.debug("preempted %s (priority %d) after %d output tokens", req.request_id,
+                     req.priority, req.num_output_tokens)
+
+    # ---- results ---------------------------------------------------------------------------
+    def update(self, step: StepInput, result: StepResult) -> list[RequestDelta]:
+        """Advance every scheduled request by its chunk, append sampled tokens, apply stops."""
+        if result.step_id != step.step_id:
+            raise RuntimeError(f"executor answered step {result.step_id} to step {step.step_id}")
+        expected = [c.request_id for c in step.chunks if c.sample]
+        got = [s.request_id for s in result.sampled]
+        if got != expected:
+            raise RuntimeError(f"step {step.step_id}: executor sampled for {got}, expected one "
+                               f"token for each of {expected}")
+        for chunk in step.chunks:
+            req = self.requests.get(chunk.request_id)
+            if req is not None and req.status is RequestStatus.RUNNING:
+                req.num_computed_tokens += len(chunk.token_ids)
+                self.bm.cache_computed_blocks(req)
+        now = time.time()
+        deltas = []
+        for s in result.sampled:
+            req = self.requests.get(s.request_id)
+            if req is None or req.status is not RequestStatus.RUNNING:
+                continue
+            req.token_ids.append(s.token_id)
+            self.generation_tokens_total += 1
+            if req.first_token_time is None:
+                req.first_token_time = now
+            if check_stop(req, s.token_id, self.max_model_len):
+                self.running.remove(req)
+                self._finished_ids.append(req.request_id)
+                self._finish(req)
+            deltas.append(self.make_delta(req, [s.token_id],
+                                          None if s.logprob is None else [s.logprob]))
+        return deltas
+
+    @staticmethod
+    def make_delta(req: Request, new_token_ids: list[int], logprobs=None) -> RequestDelta:
+        delta = RequestDelta(
+            req.request_id, new_token_ids, new_logprobs=logprobs,
+            finish_reason=None if req.finish_reason is None else req.finish_reason.value,
+            stop_token_id=req.stop_token_id, error=req.error)
+        if not req.reported_first:
+            req.reported_first = True
+            delta.num_cached_tokens = req.num_cached_tokens
+            delta.first_scheduled_time = req.first_scheduled_time
+        return delta
