@@ -80,17 +80,17 @@ def test_different_prefix_same_block_tokens_is_not_a_hit():
 
 def test_freed_blocks_stay_cached_until_needed_then_lru_evicts_oldest():
     bm = BlockManager(6, BS)
-    a, _ = admit(bm, "a", list(range(100, 108)) + [0])  # 3 blocks, 2 cacheable
-    b, _ = admit(bm, "b", list(range(200, 208)) + [0])
+    a, _ = admit(bm, "a", [*range(100, 108), 0])  # 3 blocks, 2 cacheable
+    b, _ = admit(bm, "b", [*range(200, 208), 0])
     bm.free(a)
     bm.free(b)  # LRU (oldest first): a's blocks, then b's; never-cached blocks are reused first
     assert bm.num_cached_blocks == 4 and bm.num_free_blocks == 6
     c = make_request("c", list(range(300, 309)))
     assert bm.allocate(c, 9)  # 3 blocks: 2 never-cached ones, then a's tail block
     assert bm.num_cached_blocks == 3
-    again_a = make_request("a2", list(range(100, 108)) + [1])
+    again_a = make_request("a2", [*range(100, 108), 1])
     assert len(bm.find_cached_prefix(again_a)) == 1  # head of a survives its tail
-    again_b = make_request("b2", list(range(200, 208)) + [1])
+    again_b = make_request("b2", [*range(200, 208), 1])
     assert len(bm.find_cached_prefix(again_b)) == 2
 
 
@@ -164,3 +164,19 @@ def test_over_free_is_detected():
 def test_invalid_sizes_rejected():
     with pytest.raises(ValueError, match="num_blocks"):
         BlockManager(0, 16)
+
+
+def test_collision_with_same_tokens_under_another_prefix_is_rejected():
+    bm = BlockManager(16, BS)
+    admit(bm, "a", [1, 1, 1, 1, 2, 2, 2, 2, 0])  # caches blocks [1]*4 and [2]*4 after it
+    b = make_request("b", [1, 1, 1, 1, 3, 3, 3, 3, 0])
+    assert len(bm.find_cached_prefix(b)) == 1  # computes b's hashes; its second block misses
+    c = make_request("c", [7, 7, 7, 7, 3, 3, 3, 3, 0])
+    c.block_hashes = [12345, b.block_hashes[1]]  # c's second block collides with b's
+    admit(bm, "c", c.token_ids)  # (a fresh request with the real hashes, for contrast)
+    cached = bm.find_cached_prefix(c)
+    assert bm.allocate(c, 9 - len(cached) * BS, cached)
+    c.num_computed_tokens = 9
+    bm.cache_computed_blocks(c)
+    # Same tokens [3]*4, same hash, but it hangs off [7]*4, not off b's [1]*4:
+    assert len(bm.find_cached_prefix(b)) == 1
