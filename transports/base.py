@@ -16,9 +16,8 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Union
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 
 
 @dataclass(slots=True)
@@ -53,7 +52,9 @@ class Endpoint(abc.ABC):
 
 class SyncWriter(Endpoint):
     @abc.abstractmethod
-    def send(self, header: Buffer, buffers: Sequence[Buffer] = (), timeout: float | None = None) -> None:
+    def send(
+        self, header: Buffer, buffers: Sequence[Buffer] = (), timeout: float | None = None
+    ) -> None:
         """Send one message. Blocks while the channel is full (bounded backpressure); raises
         ``TimeoutError`` after ``timeout`` seconds, ``PeerClosedError`` if the peer is gone."""
 

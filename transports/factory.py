@@ -49,7 +49,8 @@ def _resolve(url: str) -> tuple[ModuleType, str | None]:
         raise AddressError(f"unknown transport {kind!r} in {url!r}; known: {transport_names()}")
     address = f"{sub}://{rest}" if sub else rest
     if kind == "zmq" and not sub:
-        raise AddressError(f"zmq URLs need a wire: zmq+ipc://PATH or zmq+tcp://HOST:PORT, got {url!r}")
+        raise AddressError(
+            f"zmq URLs need a wire: zmq+ipc://PATH or zmq+tcp://HOST:PORT, got {url!r}")
     return importlib.import_module(_MODULES[kind]), address
 
 
@@ -94,13 +95,15 @@ async def open_async_reader(url: str, *, bind: bool = False, capacity: int = DEF
 
 async def open_async_broadcast_writer(url: str, num_readers: int, *,
                                       capacity: int = DEFAULT_CAPACITY,
-                                      connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> AsyncWriter:
+                                      connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                                      ) -> AsyncWriter:
     mod, address = _resolve(url)
     return await mod.open_async_broadcast_writer(address, num_readers, capacity=capacity,
                                                  connect_timeout=connect_timeout)
 
 
 async def open_async_broadcast_reader(url: str, rank: int, *,
-                                      connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> AsyncReader:
+                                      connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                                      ) -> AsyncReader:
     mod, address = _resolve(url)
     return await mod.open_async_broadcast_reader(address, rank, connect_timeout=connect_timeout)

@@ -1,0 +1,373 @@
+"""Blocking uds endpoints (for busy loops). Each waits in poll(2) on its socket(s) plus a
+wake-up fd, so ``close()`` from another thread interrupts any wait at once."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import select
+import socket
+import threading
+from collections.abc import Sequence
+
+from transports._buffers import message_views
+from transports._deadline import Deadline, check_timeout
+from transports._paths import FileCleanup
+from transports._wakeup import Wakeup
+from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
+from transports.errors import ChannelClosedError, PeerClosedError, TransportError
+from transports.uds import address as A
+from transports.uds.framing import MalformedStreamError, frame_parts
+from transports.uds.outbound import Outbound
+from transports.uds.peers import HELLO_TIMEOUT, AcceptSpec, Peer, frame_bytes
+
+log = logging.getLogger(__name__)
+
+LINGER = 1.0  # close() lets an accepted, half-written message finish for this long
+_IN, _OUT = select.POLLIN, select.POLLOUT
+_GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN)
+
+
+class _Base(Endpoint):
+    """Peer bookkeeping, waiting and closing shared by the sync reader and writer."""
+
+    def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
+        self._addr = addr
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()  # one operation at a time; close() waits for it
+        self._wake = Wakeup()
+        self._closing = False
+        self._closed = False
+        self._broken: TransportError | None = None
+        self._peers: list[Peer] = []
+        self._listener: socket.socket | None = None
+        self._cleanup: FileCleanup | None = None
+        self._accept: AcceptSpec | None = None
+        self._connect_deadline: Deadline | None = None
+
+    @property
+    def address(self) -> str:
+        return self._addr.url
+
+    # ---- binding side ------------------------------------------------------------------------
+    def _bind(self, spec: AcceptSpec) -> None:
+        self._listener, self._cleanup = A.listen(self._addr, spec.count, self)
+        self._accept = spec
+
+    def _ensure_peers(self, deadline: Deadline) -> None:
+        spec = self._accept
+        if spec is None or len(self._peers) == spec.count:
+            return
+        if self._connect_deadline is None:
+            self._connect_deadline = Deadline(self._connect_timeout)
+        wait = Deadline.earliest(deadline, self._connect_deadline)
+        assert self._listener is not None
+        while len(self._peers) < spec.count:
+            try:
+                sock, _ = self._listener.accept()
+            except BlockingIOError:
+                if wait.expired():
+                    raise self._accept_timeout(spec) from None
+                self._poll([(self._listener.fileno(), _IN)], wait)
+                continue
+            self._admit(spec, sock)
+        self._peers.sort(key=lambda p: p.rank)
+        # Everyone is here: nothing may connect any more, and nothing stays on disk.
+        self._listener.close()
+        self._listener = None
+        if self._cleanup is not None:
+            self._cleanup.run()
+
+    def _admit(self, spec: AcceptSpec, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        if spec.sndbuf is not None:
+            A.set_sndbuf(sock, spec.sndbuf)
+        peer = Peer(sock)
+        hello = self._read_frame(peer, Deadline(HELLO_TIMEOUT))
+        if hello is None:
+            log.warning("a connection to %s sent no hello; dropped", self.address)
+            sock.close()
+            return
+        rank = spec.admit(sock, bytes(hello.header))
+        if rank is not None:
+            peer.rank = rank
+            self._peers.append(peer)
+
+    def _accept_timeout(self, spec: AcceptSpec) -> TimeoutError:
+        assert self._connect_deadline is not None
+        role = A.ROLE_NAMES[spec.role]
+        if self._connect_deadline.expired():
+            return TimeoutError(
+                f"only {len(self._peers)} of {spec.count} {role}(s) connected to {self.address} "
+                f"within {self._connect_timeout} s (connect_timeout)")
+        return TimeoutError(f"timed out waiting for {role}(s) to connect to {self.address} "
+                            f"({len(self._peers)} of {spec.count} so far)")
+
+    # ---- waiting -----------------------------------------------------------------------------
+    def _poll(self, fds: list[tuple[int, int]], deadline: Deadline) -> list[tuple[int, int]]:
+        poller = select.poll()
+        for fd, ev in fds:
+            poller.register(fd, ev)
+        poller.register(self._wake.fd, _IN)
+        events = poller.poll(deadline.remaining_ms())
+        if self._closing:
+            raise ChannelClosedError(f"endpoint {self.address} was closed")
+        return events
+
+    def _read_frame(self, peer: Peer, deadline: Deadline) -> Message | None:
+        """The next frame from ``peer``; None on timeout; PeerClosedError at EOF."""
+        while True:
+            try:
+                msg = peer.reader.next_message()
+            except MalformedStreamError as e:
+                self._broken = e
+                raise
+            if msg is not None:
+                return msg
+            if peer.eof:
+                raise self._eof_error(peer)
+            try:
+                n = peer.sock.recv_into(peer.reader.read_target())
+            except BlockingIOError:
+                if deadline.expired():
+                    return None
+                self._poll([(peer.sock.fileno(), _IN)], deadline)
+                continue
+            except OSError as e:
+                if e.errno not in _GONE:
+                    raise
+                n = 0
+            if n == 0:
+                peer.eof = True
+            else:
+                peer.reader.commit(n)
+
+    def _eof_error(self, peer: Peer) -> PeerClosedError:
+        mid = " in the middle of a message" if peer.reader.has_partial() else ""
+        err = PeerClosedError(f"the peer of {self.address} closed the connection{mid}")
+        self._broken = err
+        return err
+
+    def _check_open(self) -> None:
+        if self._closing or self._closed:
+            raise ChannelClosedError(f"endpoint {self.address} is closed")
+        if self._broken is not None:
+            raise type(self._broken)(str(self._broken))
+
+    # ---- closing -----------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._before_close()
+        self._closing = True
+        self._wake.signal()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._after_close()
+            for peer in self._peers:
+                peer.sock.close()
+            if self._listener is not None:
+                self._listener.close()
+            if self._cleanup is not None:
+                self._cleanup.run()
+
+    def _before_close(self) -> None:
+        pass
+
+    def _after_close(self) -> None:
+        pass
+
+
+class UdsSyncWriter(_Base, SyncWriter):
+    """Point-to-point (one peer) or broadcast (``num_readers`` peers) writer."""
+
+    def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
+        super().__init__(addr, connect_timeout)
+        self._flusher: threading.Thread | None = None
+        self._flush_error: TransportError | None = None
+
+    def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
+             timeout: float | None = None) -> None:
+        deadline = Deadline(timeout)
+        parts = frame_parts(*message_views(header, buffers))
+        with self._lock:
+            self._check_open()
+            self._ensure_peers(deadline)
+            self._join_flusher(deadline)
+            outs = [(peer, Outbound(parts)) for peer in self._peers]
+            self._write(outs, deadline, stash_on_timeout=True)
+
+    def _write(self, outs: list[tuple[Peer, Outbound]], deadline: Deadline,
+               stash_on_timeout: bool) -> None:
+        pending = outs
+        while True:
+            still = []
+            for peer, out in pending:
+                try:
+                    done = out.send_some(peer.sock)
+                except BlockingIOError:
+                    done = False
+                except OSError as e:
+                    if e.errno not in _GONE:
+                        raise
+                    raise self._writer_peer_gone(peer, e) from e
+                if not done:
+                    still.append((peer, out))
+            pending = still
+            if not pending:
+                return
+            if deadline.expired():
+                if not any(out.started for _, out in outs):
+                    raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
+                if stash_on_timeout:
+                    # Half of the frame is on the wire: it must complete, or the stream breaks.
+                    # Finish it in the background from a copy; the next send waits for that.
+                    self._start_flusher(pending)
+                    return
+            self._poll([(peer.sock.fileno(), _OUT) for peer, _ in pending], deadline)
+
+    def _writer_peer_gone(self, peer: Peer, cause: OSError) -> PeerClosedError:
+        reason = self._refusal(peer)
+        who = f"reader rank {peer.rank}" if peer.rank >= 0 else "reader"
+        text = (f"the {who} of {self.address} refused the connection: {reason}" if reason
+                else f"the {who} of {self.address} is gone ({cause.strerror or cause})")
+        err = PeerClosedError(text)
+        self._broken = err
+        return err
+
+    def _refusal(self, peer: Peer) -> str | None:
+        """A connecting writer may have been refused: the binder's reply says why."""
+        if self._accept is not None:
+            return None
+        try:
+            msg = self._read_frame(peer, Deadline(0))
+        except TransportError:
+            return None
+        return None if msg is None else A.refusal(bytes(msg.header))
+
+    def _start_flusher(self, pending: list[tuple[Peer, Outbound]]) -> None:
+        for _, out in pending:
+            out.detach()
+        self._flusher = threading.Thread(target=self._flush, args=(pending,), daemon=True,
+                                         name="aiot-uds-flush")
+        self._flusher.start()
+
+    def _flush(self, pending: list[tuple[Peer, Outbound]]) -> None:
+        try:
+            self._write(pending, Deadline(None), stash_on_timeout=False)
+        except ChannelClosedError:
+            pass
+        except TransportError as e:
+            self._flush_error = e
+
+    def _join_flusher(self, deadline: Deadline) -> None:
+        if self._flusher is None:
+            return
+        self._flusher.join(deadline.remaining())
+        if self._flusher.is_alive():
+            raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
+        self._flusher = None
+        if self._flush_error is not None:
+            raise self._flush_error
+
+    def _before_close(self) -> None:
+        flusher = self._flusher
+        if flusher is not None and flusher is not threading.current_thread():
+            flusher.join(LINGER)
+
+    def _after_close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.join()
+
+
+class UdsSyncReader(_Base, SyncReader):
+    def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
+        super().__init__(addr, connect_timeout)
+        self._greeted = True  # a connecting reader first reads the binder's reply
+
+    def recv(self, timeout: float | None = None) -> Message:
+        deadline = Deadline(timeout)
+        with self._lock:
+            self._check_open()
+            self._ensure_peers(deadline)
+            peer = self._peers[0]
+            while True:
+                msg = self._read_frame(peer, deadline)
+                if msg is None:
+                    raise TimeoutError(f"no message on {self.address} within {timeout} s")
+                if self._greeted:
+                    return msg
+                reason = A.refusal(bytes(msg.header))
+                if reason is not None:
+                    self._broken = TransportError(f"{self.address} refused this reader: {reason}")
+                    raise self._broken
+                self._greeted = True
+
+
+# ---- opening ----------------------------------------------------------------------------------
+def _connected(endpoint: _Base, role: int, rank: int, capacity: int | None) -> None:
+    deadline = Deadline(endpoint._connect_timeout)
+    sock = A.connect(endpoint._addr, deadline, endpoint._connect_timeout, capacity)
+    sock.sendall(frame_bytes(A.hello(role, rank)))
+    sock.setblocking(False)
+    endpoint._peers.append(Peer(sock, rank))
+
+
+def open_writer(address: str | None, *, bind: bool, capacity: int,
+                connect_timeout: float) -> UdsSyncWriter:
+    _check_args(capacity, connect_timeout)
+    w = UdsSyncWriter(A.parse(address, binding=bind), connect_timeout)
+    if bind:
+        w._bind(AcceptSpec(w.address, A.READER, 1, None, capacity))
+    else:
+        _connected(w, A.WRITER, -1, capacity)
+    return w
+
+
+def open_reader(address: str | None, *, bind: bool, capacity: int,
+                connect_timeout: float) -> UdsSyncReader:
+    _check_args(capacity, connect_timeout)
+    r = UdsSyncReader(A.parse(address, binding=bind), connect_timeout)
+    if bind:
+        r._bind(AcceptSpec(r.address, A.WRITER, 1, None))
+    else:
+        r._greeted = False
+        _connected(r, A.READER, -1, None)
+    return r
+
+
+def open_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
+                          connect_timeout: float) -> UdsSyncWriter:
+    _check_args(capacity, connect_timeout)
+    check_num_readers(num_readers)
+    w = UdsSyncWriter(A.parse(address, binding=True), connect_timeout)
+    w._bind(AcceptSpec(w.address, A.READER, num_readers, num_readers, capacity))
+    return w
+
+
+def open_broadcast_reader(address: str | None, rank: int, *,
+                          connect_timeout: float) -> UdsSyncReader:
+    check_timeout(connect_timeout, "connect_timeout")
+    check_rank(rank)
+    r = UdsSyncReader(A.parse(address, binding=False), connect_timeout)
+    r._greeted = False
+    _connected(r, A.READER, rank, None)
+    return r
+
+
+def _check_args(capacity: int, connect_timeout: float) -> None:
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
+        raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
+    check_timeout(connect_timeout, "connect_timeout")
+
+
+def check_num_readers(num_readers: int) -> None:
+    if isinstance(num_readers, bool) or not isinstance(num_readers, int) or num_readers < 1:
+        raise ValueError(f"num_readers must be a positive int, got {num_readers!r}")
+
+
+def check_rank(rank: int) -> None:
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
