@@ -1,0 +1,79 @@
+"""Facts the host needs about a model directory, read from its JSON files (no torch, no
+transformers): token ids that end generation, context length, vocab size, chat template."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import msgspec
+
+
+class ModelInfo(msgspec.Struct, frozen=True):
+    model_path: str
+    architectures: list[str]
+    vocab_size: int
+    max_position_embeddings: int
+    bos_token_id: int | None
+    eos_token_ids: list[int]  # any of these ends generation (generation_config wins)
+    chat_template: str | None
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"malformed JSON in {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"malformed {path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+def read_chat_template(tokenizer_dir: str) -> str | None:
+    """From ``chat_template.jinja`` (transformers 5 layout) or ``tokenizer_config.json``."""
+    jinja = os.path.join(tokenizer_dir, "chat_template.jinja")
+    if os.path.isfile(jinja):
+        with open(jinja, encoding="utf-8") as f:
+            return f.read()
+    config = _read_json(os.path.join(tokenizer_dir, "tokenizer_config.json")) or {}
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: take the default one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def read_model_info(model_path: str, tokenizer_path: str | None = None) -> ModelInfo:
+    """Raises FileNotFoundError / ValueError naming the file for a missing or malformed dir."""
+    config_path = os.path.join(model_path, "config.json")
+    config = _read_json(config_path)
+    if config is None:
+        raise FileNotFoundError(f"no config.json in model directory {model_path!r}")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    for key in ("vocab_size", "max_position_embeddings"):
+        if not isinstance(text.get(key), int):
+            raise ValueError(f"{config_path} has no integer {key!r}")
+    gen = _read_json(os.path.join(model_path, "generation_config.json")) or {}
+    eos = _ids(gen.get("eos_token_id")) or _ids(text.get("eos_token_id"))
+    bos = gen.get("bos_token_id", text.get("bos_token_id"))
+    return ModelInfo(
+        model_path=model_path,
+        architectures=list(config.get("architectures") or []),
+        vocab_size=text["vocab_size"],
+        max_position_embeddings=text["max_position_embeddings"],
+        bos_token_id=bos if isinstance(bos, int) else None,
+        eos_token_ids=eos,
+        chat_template=read_chat_template(tokenizer_path or model_path),
+    )

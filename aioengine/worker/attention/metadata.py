@@ -1,0 +1,197 @@
+"""Per-step attention metadata, built once from the step's chunks and shared by every layer.
+
+A step is a flat batch of T tokens: chunk i contributes ``num_tokens`` tokens at positions
+``start_pos .. start_pos+num_tokens-1`` of its sequence, whose KV lives in the blocks of its
+``block_table`` (slot of position p = ``block_table[p // block_size] * block_size +
+p % block_size``). Chunks of one token (decodes) are attended together in one padded batch;
+longer chunks (prefills) in padded groups, or alone when padding would waste too much.
+Everything here is vectorised tensor work; the only Python loops are over chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+Chunk = tuple[int, int, Sequence[int]]
+"""``(start_pos, num_tokens, block_table)`` of one sequence in this step."""
+
+# A padded prefill group may cost at most this many times the useful attention work.
+_MAX_PADDING_WASTE = 2.0
+
+
+@dataclass
+class DecodeGroup:
+    """All one-token chunks: queries ``[B]``, keys gathered into ``[B, L]`` slots."""
+
+    token_index: torch.Tensor | None  # [B] rows of the flat batch; None: all T rows, in order
+    slots: torch.Tensor  # [B, L] cache slots (padding points at a real slot, masked out)
+    mask: torch.Tensor  # [B, 1, 1, L] bool, True = attend
+
+
+@dataclass
+class PrefillGroup:
+    """Multi-token chunks attended in one SDPA call.
+
+    One chunk: queries are the contiguous rows ``token_slice``. Several: ``token_index`` gathers
+    them padded to ``[P, max_q]``; ``valid_rows`` picks the real rows of that padded
+    layout and ``out_index`` says where each goes in the flat batch.
+    ``slots`` is None for a lone chunk starting at position 0: its keys are exactly its own
+    fresh k/v (just written to the cache), so it attends to them directly with a causal mask.
+    """
+
+    num_seqs: int
+    max_q: int
+    token_slice: tuple[int, int] | None
+    token_index: torch.Tensor | None  # [P * max_q]
+    valid_rows: torch.Tensor | None  # [n_valid] rows of the padded [P * max_q] layout
+    out_index: torch.Tensor | None  # [n_valid] rows of the flat batch
+    slots: torch.Tensor | None  # [P, L]
+    mask: torch.Tensor | None  # [P, 1, max_q, L] bool, causal within the chunk
+
+
+@dataclass
+class AttentionMetadata:
+    num_tokens: int
+    num_seqs: int
+    block_size: int
+    positions: torch.Tensor  # [T] position of each token in its sequence
+    slot_mapping: torch.Tensor  # [T] cache slot each token's k/v is written to
+    query_start_loc: torch.Tensor  # [N + 1] offsets of each chunk in the flat batch
+    context_lens: torch.Tensor  # [N] start_pos + num_tokens
+    block_tables: torch.Tensor  # [N, max_blocks] padded with block 0
+    last_token_index: torch.Tensor  # [N] flat row of each chunk's last token
+    decode: DecodeGroup | None
+    prefills: list[PrefillGroup]
+
+
+def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
+                             device: torch.device | str = "cpu") -> AttentionMetadata:
+    """Validate the chunks and precompute every index and mask a forward pass needs."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    if not chunks:
+        raise ValueError("a step needs at least one chunk")
+    starts: list[int] = []
+    lens: list[int] = []
+    ctxs: list[int] = []
+    max_blocks = 1
+    for i, (start, num, table) in enumerate(chunks):
+        if start < 0 or num < 1:
+            raise ValueError(f"chunk {i}: start_pos must be >= 0 and num_tokens >= 1, got "
+                             f"start_pos={start}, num_tokens={num}")
+        ctx = start + num
+        needed = -(-ctx // block_size)
+        if len(table) < needed:
+            raise ValueError(f"chunk {i}: block table has {len(table)} blocks "
+                             f"({len(table) * block_size} slots) but the chunk ends at "
+                             f"position {ctx - 1}; needs {needed} blocks of {block_size}")
+        starts.append(start)
+        lens.append(num)
+        ctxs.append(ctx)
+        max_blocks = max(max_blocks, needed)
+    tables = [list(t[:max_blocks]) + [0] * (max_blocks - min(len(t), max_blocks))
+              for _, _, t in chunks]
+
+    n = len(chunks)
+    start_t = torch.tensor(starts, dtype=torch.long)
+    len_t = torch.tensor(lens, dtype=torch.long)
+    ctx_t = start_t + len_t
+    table_t = torch.tensor(tables, dtype=torch.long)
+    if table_t.numel() and int(table_t.min()) < 0:
+        raise ValueError("block ids must be >= 0")
+    qsl = torch.zeros(n + 1, dtype=torch.long)
+    torch.cumsum(len_t, 0, out=qsl[1:])
+    total = int(qsl[-1])
+    seq_of_token = torch.repeat_interleave(torch.arange(n), len_t)
+    positions = torch.arange(total) - qsl[:-1][seq_of_token] + start_t[seq_of_token]
+    slot_mapping = (table_t[seq_of_token, positions // block_size] * block_size
+                    + positions % block_size)
+
+    decode_ids = [i for i in range(n) if lens[i] == 1]
+    prefill_ids = [i for i in range(n) if lens[i] > 1]
+    decode = None
+    if decode_ids:
+        ids = torch.tensor(decode_ids, dtype=torch.long)
+        slots, mask = _gather_layout(table_t[ids], ctx_t[ids], block_size)
+        decode = DecodeGroup(
+            token_index=None if len(decode_ids) == total else qsl[ids],
+            slots=slots, mask=mask.view(len(decode_ids), 1, 1, -1))
+    prefills = [_prefill_group(g, starts, lens, qsl, table_t, ctx_t, block_size)
+                for g in _group_prefills(prefill_ids, starts, lens)]
+
+    meta = AttentionMetadata(
+        num_tokens=total, num_seqs=n, block_size=block_size, positions=positions,
+        slot_mapping=slot_mapping, query_start_loc=qsl, context_lens=ctx_t,
+        block_tables=table_t, last_token_index=qsl[1:] - 1, decode=decode, prefills=prefills)
+    return meta if torch.device(device).type == "cpu" else _to_device(meta, device)
+
+
+def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
+                   block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slots ``[B, L]`` (L = max context) and a key-validity mask ``[B, L]``."""
+    length = int(ctx.max())
+    nblocks = -(-length // block_size)
+    offsets = torch.arange(block_size)
+    slots = (tables[:, :nblocks, None] * block_size + offsets).reshape(len(tables), -1)
+    slots = slots[:, :length].contiguous()
+    mask = torch.arange(length)[None, :] < ctx[:, None]
+    return slots, mask
+
+
+def _group_prefills(ids: list[int], starts: list[int], lens: list[int]) -> list[list[int]]:
+    """One padded group when that wastes little, else one group per chunk."""
+    if len(ids) <= 1:
+        return [ids] if ids else []
+    useful = sum(lens[i] * (starts[i] + lens[i]) for i in ids)
+    padded = len(ids) * max(lens[i] for i in ids) * max(starts[i] + lens[i] for i in ids)
+    if padded <= _MAX_PADDING_WASTE * useful:
+        return [ids]
+    return [[i] for i in ids]
+
+
+def _prefill_group(ids: list[int], starts: list[int], lens: list[int], qsl: torch.Tensor,
+                   tables: torch.Tensor, ctx: torch.Tensor, block_size: int) -> PrefillGroup:
+    if len(ids) == 1:
+        i = ids[0]
+        begin = int(qsl[i])
+        span = (begin, begin + lens[i])
+        if starts[i] == 0:
+            return PrefillGroup(1, lens[i], span, None, None, None, None, None)
+    idx = torch.tensor(ids, dtype=torch.long)
+    lens_g = torch.tensor([lens[i] for i in ids], dtype=torch.long)
+    starts_g = torch.tensor([starts[i] for i in ids], dtype=torch.long)
+    max_q = int(lens_g.max())
+    rows = torch.arange(max_q)
+    valid = rows[None, :] < lens_g[:, None]  # [P, max_q]
+    slots, _ = _gather_layout(tables[idx], ctx[idx], block_size)
+    # Query r of chunk p sees keys 0..start_p + r; padding rows see key 0 only (never all-masked,
+    # which would give NaN), and are dropped afterwards.
+    limit = torch.where(valid, starts_g[:, None] + rows[None, :], 0)
+    mask = (torch.arange(slots.shape[1])[None, None, :] <= limit[:, :, None]).unsqueeze(1)
+    if len(ids) == 1:
+        return PrefillGroup(1, max_q, span, None, None, None, slots, mask)
+    token_index = torch.where(valid, qsl[idx][:, None] + rows[None, :], 0).reshape(-1)
+    valid_rows = valid.reshape(-1).nonzero().squeeze(1)
+    return PrefillGroup(len(ids), max_q, None, token_index, valid_rows,
+                        token_index[valid_rows], slots, mask)
+
+
+def _to_device(meta: AttentionMetadata, device: torch.device | str) -> AttentionMetadata:
+    def mv(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(device, non_blocking=True)
+
+    decode = meta.decode
+    if decode is not None:
+        decode = DecodeGroup(mv(decode.token_index), mv(decode.slots), mv(decode.mask))
+    prefills = [PrefillGroup(g.num_seqs, g.max_q, g.token_slice, mv(g.token_index),
+                             mv(g.valid_rows), mv(g.out_index), mv(g.slots), mv(g.mask))
+                for g in meta.prefills]
+    return AttentionMetadata(
+        num_tokens=meta.num_tokens, num_seqs=meta.num_seqs, block_size=meta.block_size,
+        positions=mv(meta.positions), slot_mapping=mv(meta.slot_mapping),
+        query_start_loc=mv(meta.query_start_loc), context_lens=mv(meta.context_lens),
+        block_tables=mv(meta.block_tables), last_token_index=mv(meta.last_token_index),
+        decode=decode, prefills=prefills)

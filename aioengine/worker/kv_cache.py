@@ -1,0 +1,49 @@
+"""Paged KV cache allocation and capacity planning.
+
+One tensor per layer, ``[2, num_blocks, block_size, num_kv_heads_per_rank, head_dim]``
+(k then v); block ids from the engine's block manager index dimension 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from aioengine.worker.models.spec import ModelSpec
+
+
+def _spec(model_config: Any) -> ModelSpec:
+    return model_config if isinstance(model_config, ModelSpec) else ModelSpec.from_hf(
+        model_config)
+
+
+def kv_cache_bytes_per_block(model_config: Any, block_size: int, dtype: torch.dtype,
+                             tp_size: int = 1) -> int:
+    """Bytes one block takes on one rank, over all layers (k and v)."""
+    spec = _spec(model_config)
+    kv_heads = spec.kv_heads_per_rank(tp_size)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    return 2 * spec.num_layers * block_size * kv_heads * spec.head_dim * elem
+
+
+def num_blocks_for_bytes(model_config: Any, memory_bytes: int, block_size: int,
+                         dtype: torch.dtype, tp_size: int = 1) -> int:
+    """How many blocks fit in ``memory_bytes`` (at least 1, or a ValueError saying why not)."""
+    per_block = kv_cache_bytes_per_block(model_config, block_size, dtype, tp_size)
+    blocks = memory_bytes // per_block
+    if blocks < 1:
+        raise ValueError(f"KV cache memory of {memory_bytes} bytes holds no block: one block "
+                         f"of {block_size} tokens needs {per_block} bytes")
+    return int(blocks)
+
+
+def allocate_kv_cache(model_config: Any, num_blocks: int, block_size: int, dtype: torch.dtype,
+                      device: torch.device | str, tp_size: int = 1) -> list[torch.Tensor]:
+    """Zeroed KV cache, one tensor per layer (zeros: unwritten slots never hold NaN)."""
+    if num_blocks < 1 or block_size < 1:
+        raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks} and "
+                         f"{block_size}")
+    spec = _spec(model_config)
+    shape = (2, num_blocks, block_size, spec.kv_heads_per_rank(tp_size), spec.head_dim)
+    return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]

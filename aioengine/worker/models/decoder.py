@@ -1,0 +1,198 @@
+"""One decoder implementation for the Llama, Qwen2 and Qwen3 families (differences are flags
+in ``ModelSpec``): fused QKV and gate/up GEMMs, paged attention, tensor-parallel layers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from aioengine.worker.attention import AttentionMetadata, paged_attention
+from aioengine.worker.models.layers import RMSNorm, silu_and_mul
+from aioengine.worker.models.rope import RotaryEmbedding, apply_rope
+from aioengine.worker.models.spec import ModelSpec
+from aioengine.worker.parallel import (
+    MergedColumnParallelLinear,
+    ParallelLMHead,
+    QKVParallelLinear,
+    RowParallelLinear,
+    TPInfo,
+    VocabParallelEmbedding,
+)
+from aioengine.worker.parallel.distributed import check_distributed
+from aioengine.worker.parallel.embedding import lm_logits
+
+
+class Loadable(Protocol):
+    def full_shape(self, part: int, is_bias: bool) -> tuple[int, ...]: ...
+    def load(self, src: Any, part: int, is_bias: bool) -> None: ...
+
+
+@dataclass(frozen=True)
+class WeightTarget:
+    """Where one checkpoint tensor goes: part ``part`` of ``module``'s weight (or bias)."""
+
+    module: Loadable
+    part: int = 0
+    is_bias: bool = False
+
+    @property
+    def full_shape(self) -> tuple[int, ...]:
+        return self.module.full_shape(self.part, self.is_bias)
+
+    @property
+    def is_norm(self) -> bool:
+        return isinstance(self.module, RMSNorm)
+
+    def load(self, src: Any) -> None:
+        self.module.load(src, self.part, self.is_bias)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        super().__init__()
+        d = spec.head_dim
+        self.qkv_proj = QKVParallelLinear(spec.hidden_size, d, spec.num_heads, spec.num_kv_heads,
+                                          spec.qkv_bias, tp, dtype, device)
+        self.o_proj = RowParallelLinear(spec.num_heads * d, spec.hidden_size, spec.o_bias, tp,
+                                        dtype, device, "num_attention_heads * head_dim")
+        self.num_heads = self.qkv_proj.num_heads
+        self.num_kv_heads = self.qkv_proj.num_kv_heads
+        self.head_dim = d
+        self.scale = d ** -0.5
+        self.q_norm = RMSNorm(d, spec.rms_norm_eps, dtype, device) if spec.qk_norm else None
+        self.k_norm = RMSNorm(d, spec.rms_norm_eps, dtype, device) if spec.qk_norm else None
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                meta: AttentionMetadata, kv_cache: torch.Tensor) -> torch.Tensor:
+        t, d, hq, hkv = h.shape[0], self.head_dim, self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(h)
+        v = qkv[:, (hq + hkv) * d:].view(t, hkv, d)
+        if self.q_norm is not None and self.k_norm is not None:
+            q = apply_rope(self.q_norm(qkv[:, :hq * d].view(t, hq, d)), cos, sin)
+            k = apply_rope(self.k_norm(qkv[:, hq * d:(hq + hkv) * d].view(t, hkv, d)), cos, sin)
+        else:  # q and k are adjacent in the fused output: rotate both in one go
+            qk = apply_rope(qkv[:, :(hq + hkv) * d].view(t, hq + hkv, d), cos, sin)
+            q, k = qk[:, :hq], qk[:, hq:]
+        out = paged_attention(q, k, v, kv_cache, meta, self.scale)
+        return self.o_proj(out.reshape(t, hq * d))
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        super().__init__()
+        size = spec.intermediate_size
+        self.gate_up_proj = MergedColumnParallelLinear(
+            spec.hidden_size, [size, size], spec.mlp_bias, tp, dtype, device,
+            ["intermediate_size", "intermediate_size"])
+        self.down_proj = RowParallelLinear(size, spec.hidden_size, spec.mlp_bias, tp, dtype,
+                                           device, "intermediate_size")
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(h)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
+        self.self_attn = Attention(spec, tp, dtype, device)
+        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype,
+                                                device)
+        self.mlp = MLP(spec, tp, dtype, device)
+
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor,
+                sin: torch.Tensor, meta: AttentionMetadata,
+                kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, residual = self.input_layernorm.add_forward(h, residual)
+        h = self.self_attn(h, cos, sin, meta, kv_cache)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(h), residual
+
+
+class CausalLM(nn.Module):
+    """``forward(input_ids[T], positions[T], meta, kv_caches) -> hidden[T, H]``;
+    ``compute_logits(hidden[N, H]) -> float32 [N, vocab]`` (full vocab on every rank)."""
+
+    def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        super().__init__()
+        spec.check_tp(tp.size)
+        check_distributed(tp)
+        self.spec = spec
+        self.tp = tp
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.embed_tokens = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp, dtype,
+                                                   device)
+        self.layers = nn.ModuleList(DecoderLayer(spec, tp, dtype, device)
+                                    for _ in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
+        self.lm_head = None if spec.tie_word_embeddings else ParallelLMHead(
+            spec.vocab_size, spec.hidden_size, tp, dtype, device)
+        self.rotary = RotaryEmbedding(spec.rope, spec.head_dim, spec.max_position_embeddings,
+                                      dtype, device)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                attn_metadata: AttentionMetadata,
+                kv_caches: list[torch.Tensor]) -> torch.Tensor:
+        if len(kv_caches) != len(self.layers):
+            raise ValueError(f"expected {len(self.layers)} KV cache tensors (one per layer), "
+                             f"got {len(kv_caches)}")
+        h = self.embed_tokens(input_ids)
+        cos, sin = self.rotary.cos_sin(positions)
+        residual: torch.Tensor | None = None
+        for layer, cache in zip(self.layers, kv_caches, strict=True):
+            h, residual = layer(h, residual, cos, sin, attn_metadata, cache)
+        h, _ = self.norm.add_forward(h, residual)
+        return h
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        head = self.embed_tokens if self.lm_head is None else self.lm_head
+        return lm_logits(hidden, head.weight, self.tp, self.spec.vocab_size)
+
+    def weight_targets(self) -> dict[str, WeightTarget]:
+        """Hugging Face checkpoint name -> where it is loaded (q/k/v and gate/up fused)."""
+        spec = self.spec
+        targets = {"model.embed_tokens.weight": WeightTarget(self.embed_tokens),
+                   "model.norm.weight": WeightTarget(self.norm)}
+        if self.lm_head is not None:
+            targets["lm_head.weight"] = WeightTarget(self.lm_head)
+        for i, layer in enumerate(self.layers):
+            pre = f"model.layers.{i}."
+            attn, mlp = layer.self_attn, layer.mlp
+            targets[pre + "input_layernorm.weight"] = WeightTarget(layer.input_layernorm)
+            targets[pre + "post_attention_layernorm.weight"] = WeightTarget(
+                layer.post_attention_layernorm)
+            for part, name in enumerate(("q_proj", "k_proj", "v_proj")):
+                targets[f"{pre}self_attn.{name}.weight"] = WeightTarget(attn.qkv_proj, part)
+                if spec.qkv_bias:
+                    targets[f"{pre}self_attn.{name}.bias"] = WeightTarget(attn.qkv_proj, part,
+                                                                          True)
+            targets[pre + "self_attn.o_proj.weight"] = WeightTarget(attn.o_proj)
+            if spec.o_bias:
+                targets[pre + "self_attn.o_proj.bias"] = WeightTarget(attn.o_proj, 0, True)
+            if attn.q_norm is not None and attn.k_norm is not None:
+                targets[pre + "self_attn.q_norm.weight"] = WeightTarget(attn.q_norm)
+                targets[pre + "self_attn.k_norm.weight"] = WeightTarget(attn.k_norm)
+            for part, name in enumerate(("gate_proj", "up_proj")):
+                targets[f"{pre}mlp.{name}.weight"] = WeightTarget(mlp.gate_up_proj, part)
+                if spec.mlp_bias:
+                    targets[f"{pre}mlp.{name}.bias"] = WeightTarget(mlp.gate_up_proj, part, True)
+            targets[pre + "mlp.down_proj.weight"] = WeightTarget(mlp.down_proj)
+            if spec.mlp_bias:
+                targets[pre + "mlp.down_proj.bias"] = WeightTarget(mlp.down_proj, 0, True)
+        return targets
+
+    def ignores_weight(self, name: str) -> bool:
+        """Checkpoint tensors that are legitimately not loaded."""
+        if name.endswith("rotary_emb.inv_freq"):  # old checkpoints saved the RoPE buffer
+            return True
+        return name == "lm_head.weight" and self.lm_head is None  # tied: same as embeddings

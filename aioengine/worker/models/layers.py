@@ -1,0 +1,44 @@
+"""Small replicated layers: RMSNorm (optionally fused with the residual add) and SwiGLU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """``weight * x / rms(x)``, computed in float32 and cast back (as transformers does)."""
+
+    def __init__(self, size: int, eps: float, dtype: torch.dtype,
+                 device: torch.device | str) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device),
+                                   requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(dtype)
+
+    def add_forward(self, x: torch.Tensor,
+                    residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``residual += x`` then normalise: returns (normed, new residual)."""
+        if residual is not None:
+            x = x + residual
+        return self.forward(x), x
+
+    def full_shape(self, part: int = 0, is_bias: bool = False) -> tuple[int, ...]:
+        return tuple(self.weight.shape)
+
+    def load(self, src: Any, part: int = 0, is_bias: bool = False) -> None:
+        self.weight.data.copy_(src[:])
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
