@@ -33,7 +33,7 @@ class Request:
     params: SamplingParams
     arrival_time: float
     priority: int = 0
-    eos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()  # any of these ends generation (unless ignore_eos)
     seq: int = 0  # admission order: FCFS tie-break within a priority, newest preempted first
 
     token_ids: list[int] = field(init=False)

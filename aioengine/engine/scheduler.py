@@ -146,6 +146,10 @@ class Scheduler:
         self._next_step += 1
         return StepInput(self._next_step, new_seqs, chunks, finished)
 
+    def requeue_finished(self, step: StepInput) -> None:
+        """A step with no chunks is not run: keep its ``finished_ids`` for the next one."""
+        self._finished_ids[:0] = step.finished_ids
+
     def _room(self, req: Request) -> int:
         """Tokens ``req`` could still add with the blocks it holds plus every free block."""
         return (len(req.block_ids) + self.bm.num_free_blocks) * self.bm.block_size \

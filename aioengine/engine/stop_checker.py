@@ -12,7 +12,7 @@ def check_stop(req: Request, token_id: int, max_model_len: int) -> bool:
     the context length."""
     params = req.params
     if req.num_output_tokens >= params.min_tokens:
-        if not params.ignore_eos and token_id == req.eos_token_id:
+        if not params.ignore_eos and token_id in req.eos_token_ids:
             req.finish(FinishReason.STOP)
             return True
         if token_id in params.stop_token_ids:

@@ -85,7 +85,8 @@ def make_request(rid: str, prompt: list[int], max_tokens: int = 8, *, priority: 
 
     return Request(rid, list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0,
                                                      **params),
-                   arrival_time=0.0, priority=priority, eos_token_id=eos)
+                   arrival_time=0.0, priority=priority,
+                   eos_token_ids=() if eos is None else (eos,))
 
 
 def drive(sched, worker: SimWorker, max_steps: int = 10_000) -> dict[str, list[int]]:

@@ -1,0 +1,176 @@
+"""EngineCore: requests in, one model step at a time, per-request deltas out.
+
+Synchronous and single-threaded: the engine process (``core_proc``) feeds it from queues, and
+tests or an in-process embedding can drive it directly. Bad input never raises out of
+``add_request``: the request gets a finishing delta with ``finish_reason="error"`` instead.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aioengine.config import EngineConfig
+from aioengine.engine.block_manager import BlockManager
+from aioengine.engine.detokenize import EngineDetokenizer
+from aioengine.engine.executor.base import Executor
+from aioengine.engine.request import FinishReason, Request
+from aioengine.engine.scheduler import Scheduler
+from aioengine.hub import ModelInfo, read_model_info, resolve_model
+from aioengine.messages.engine_io import AddRequest, EngineStats, RequestDelta
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_max_model_len(config: EngineConfig, model_len: int, num_kv_blocks: int) -> int:
+    """The context length the engine enforces: the configured one (checked against the model
+    and the KV cache), or the model's, cut to what the KV cache can hold."""
+    capacity = num_kv_blocks * config.block_size
+    if config.max_model_len is not None:
+        if config.max_model_len > model_len:
+            raise ValueError(f"max_model_len {config.max_model_len} exceeds the model's context "
+                             f"length {model_len} (max_position_embeddings)")
+        if config.max_model_len > capacity:
+            raise ValueError(
+                f"max_model_len {config.max_model_len} does not fit the KV cache: "
+                f"{num_kv_blocks} blocks x {config.block_size} tokens = {capacity} tokens; "
+                "give more KV memory or blocks, or a smaller max_model_len")
+        return config.max_model_len
+    if capacity < model_len:
+        logger.warning("KV cache holds %d tokens (%d blocks), less than the model's context "
+                       "length %d: limiting max_model_len to %d", capacity, num_kv_blocks,
+                       model_len, capacity)
+    return min(model_len, capacity)
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, executor: Executor | None = None, *,
+                 model_info: ModelInfo | None = None) -> None:
+        """Start ``executor`` (by default the one ``config.resolved_executor`` names) and build
+        the scheduler around the KV capacity it reports."""
+        self.config = config
+        resolved = resolve_model(config.model, config.tokenizer)
+        self.model_info = model_info or read_model_info(resolved.model_path,
+                                                        resolved.tokenizer_path)
+        if executor is None:
+            from aioengine.engine.executor import make_executor  # imports torch lazily
+
+            executor = make_executor(config)
+        self.executor = executor
+        try:
+            info = executor.start()
+            self.max_model_len = resolve_max_model_len(
+                config, self.model_info.max_position_embeddings, info.num_kv_blocks)
+            if not config.enable_chunked_prefill and \
+                    self.max_model_len > config.max_num_batched_tokens:
+                raise ValueError(
+                    f"without chunked prefill, max_num_batched_tokens "
+                    f"({config.max_num_batched_tokens}) must be at least max_model_len "
+                    f"({self.max_model_len})")
+        except BaseException:
+            executor.shutdown()
+            raise
+        self.block_manager = BlockManager(info.num_kv_blocks, config.block_size,
+                                          enable_prefix_caching=config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.block_manager, max_num_seqs=config.max_num_seqs,
+                                   max_num_batched_tokens=config.max_num_batched_tokens,
+                                   max_model_len=self.max_model_len,
+                                   enable_chunked_prefill=config.enable_chunked_prefill)
+        self.detokenizer = (EngineDetokenizer.from_path(resolved.tokenizer_path)
+                            if config.detokenize_in == "engine" else None)
+        self._pending: list[RequestDelta] = []  # errors and aborts, sent with the next step
+
+    @property
+    def eos_token_id(self) -> int | None:
+        ids = self.model_info.eos_token_ids
+        return ids[0] if ids else None
+
+    @property
+    def ready_payload(self) -> dict[str, int | None]:
+        return {"num_kv_blocks": self.block_manager.num_blocks,
+                "max_model_len": self.max_model_len, "block_size": self.config.block_size,
+                "eos_token_id": self.eos_token_id, "vocab_size": self.model_info.vocab_size}
+
+    # ---- requests --------------------------------------------------------------------------
+    def _check(self, msg: AddRequest) -> str | None:
+        n, limit = len(msg.prompt_token_ids), self.max_model_len
+        if n == 0:
+            return "the prompt is empty: a request needs at least one prompt token"
+        if n > limit:
+            return (f"the prompt has {n} tokens, more than max_model_len={limit} (the context "
+                    "length this engine serves)")
+        vocab = self.model_info.vocab_size
+        bad = next((t for t in msg.prompt_token_ids
+                    if not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            return f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})"
+        if msg.request_id in self.scheduler.requests:
+            return f"request id {msg.request_id!r} is already in the engine"
+        return None
+
+    def add_request(self, msg: AddRequest) -> None:
+        error = self._check(msg)
+        if error is not None:
+            logger.info("rejected request %s: %s", msg.request_id, error)
+            self.reject(msg.request_id, error)
+            return
+        eos = (msg.eos_token_id,) if msg.eos_token_id is not None \
+            else tuple(self.model_info.eos_token_ids)
+        if self.detokenizer is not None:
+            self.detokenizer.add(msg)
+        self.scheduler.add_request(Request(msg.request_id, list(msg.prompt_token_ids),
+                                           msg.params, msg.arrival_time, msg.priority, eos))
+
+    def reject(self, request_id: str, error: str) -> None:
+        """Answer a request that never made it in (e.g. its frame failed validation)."""
+        self._pending.append(RequestDelta(request_id, [], finish_reason="error", error=error))
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Idempotent; frees blocks at once; unknown ids are ignored. Each request aborted here
+        gets a finishing ``abort`` delta with the next step."""
+        for req in self.scheduler.abort(request_ids):
+            self._pending.append(self.scheduler.make_delta(req, []))
+
+    def fail_all(self, message: str) -> list[RequestDelta]:
+        """Finish every request with ``error`` (the model side is gone); returns the deltas."""
+        deltas, self._pending = self._pending, []
+        for req in list(self.scheduler.requests.values()):
+            self.scheduler.abort([req.request_id])
+            req.finish(FinishReason.ERROR, error=message)
+            deltas.append(self.scheduler.make_delta(req, []))
+        return deltas
+
+    # ---- stepping --------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self._pending) or self.scheduler.has_unfinished
+
+    def step(self) -> list[RequestDelta]:
+        """Run one step (if anything is scheduled) and return every delta produced since the
+        last call."""
+        deltas, self._pending = self._pending, []
+        if self.scheduler.has_unfinished:
+            step = self.scheduler.schedule()
+            if step.chunks:
+                deltas += self.scheduler.update(step, self.executor.execute(step))
+            else:
+                self.scheduler.requeue_finished(step)
+        if self.detokenizer is not None and deltas:
+            self.detokenizer.fill(deltas)
+        return deltas
+
+    def get_stats(self) -> EngineStats:
+        s, bm = self.scheduler, self.block_manager
+        return EngineStats(
+            num_running=len(s.running), num_waiting=len(s.waiting),
+            num_preempted_total=s.num_preempted_total, kv_blocks_used=bm.num_used_blocks,
+            kv_blocks_total=bm.num_blocks, prefix_cache_hit_rate=bm.hit_rate,
+            prompt_tokens_total=s.prompt_tokens_total,
+            generation_tokens_total=s.generation_tokens_total,
+            num_requests_finished_total=s.num_finished_total)
+
+    def reset_prefix_cache(self) -> None:
+        self.block_manager.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        self.executor.shutdown()
+
+

@@ -1,0 +1,244 @@
+"""The engine process: ``EngineCore`` under the runtime's ``run_busy_loop``.
+
+Started by the client through a ``Supervisor`` with the target
+``"aioengine.engine.core_proc:make_engine_target"`` and ``EngineLaunch`` msgpack bytes, so the
+host never imports torch (this module imports it only through the core, in ``init``).
+
+Threads: an input thread decodes ``ClientMessage`` frames into a queue, an output thread encodes
+``EngineMessage`` objects out of another; the busy loop only sees the queues. It blocks on the
+input queue while idle, drains it between steps and sends one ``StepOutputs`` per step that
+produced something. A fatal error fails every request, sends ``EngineFailure`` (best effort)
+and leaves through ERROR.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import traceback
+from typing import Any
+
+import msgspec
+
+from aioengine.config import EngineConfig
+from aioengine.messages.engine_io import (
+    AbortRequests,
+    AddRequest,
+    ClientMessage,
+    EngineFailure,
+    EngineMessage,
+    StepOutputs,
+    UtilityCall,
+    UtilityResult,
+)
+from aioengine.runtime.busy_loop import BusyLoopTarget, LoopContext
+from transports import (
+    ChannelClosedError,
+    PeerClosedError,
+    SyncReader,
+    SyncWriter,
+    open_reader,
+    open_writer,
+)
+
+logger = logging.getLogger(__name__)
+
+TARGET = "aioengine.engine.core_proc:make_engine_target"
+IDLE_WAIT = 0.1  # seconds an idle loop blocks on the input queue before looking at shutdown
+UTILITIES = ("get_stats", "reset_prefix_cache", "ping")
+
+
+class EngineLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the engine process needs; crosses spawn as msgpack."""
+
+    config: bytes  # EngineConfig.to_msgpack()
+    input_url: str  # the client's request writer (bound by the client); we connect a reader
+    output_url: str  # the client's output reader (bound by the client); we connect a writer
+    connect_timeout: float = 30.0
+
+    def encode(self) -> bytes:
+        return msgspec.msgpack.encode(self)
+
+
+class _Rejected(msgspec.Struct):
+    """An add-request frame that failed validation but names its request: answer with an error
+    instead of leaving the client waiting."""
+
+    request_id: str
+    error: str
+
+
+def make_engine_target(args: bytes) -> EngineProc:
+    try:
+        launch = msgspec.msgpack.decode(args, type=EngineLaunch)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"malformed EngineLaunch arguments: {exc}") from exc
+    return EngineProc(launch)
+
+
+class EngineProc(BusyLoopTarget):
+    def __init__(self, launch: EngineLaunch) -> None:
+        self.launch = launch
+        self.config = EngineConfig.from_msgpack(launch.config)
+        self.core: Any = None  # EngineCore, built in init (it imports torch)
+        self._in_q: queue.Queue[ClientMessage | _Rejected] = queue.Queue()
+        self._out_q: queue.Queue[EngineMessage | None] = queue.Queue()
+        self._reader: SyncReader | None = None
+        self._writer: SyncWriter | None = None
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        from aioengine.engine.core import EngineCore
+
+        la = self.launch
+        self._reader = open_reader(la.input_url, bind=False, connect_timeout=la.connect_timeout)
+        self._writer = open_writer(la.output_url, bind=False,
+                                   connect_timeout=la.connect_timeout)
+        self.core = EngineCore(self.config)
+        for name, fn in (("engine-input", self._input_loop), ("engine-output",
+                                                              self._output_loop)):
+            thread = threading.Thread(target=fn, args=(ctx,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self.core.ready_payload
+
+    def step(self, ctx: LoopContext) -> None:
+        core = self.core
+        if not core.has_work():
+            try:
+                self._handle(self._in_q.get(timeout=IDLE_WAIT))
+            except queue.Empty:
+                return
+        while True:  # everything that arrived meanwhile, before scheduling
+            try:
+                self._handle(self._in_q.get_nowait())
+            except queue.Empty:
+                break
+        if not core.has_work():
+            return
+        try:
+            deltas = core.step()
+        except Exception as exc:
+            self._fail(exc)
+            raise
+        if deltas:
+            self._out_q.put(StepOutputs(deltas, time.time()))
+
+    def cleanup(self) -> None:
+        self._stop.set()
+        self._out_q.put(None)
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        for endpoint in (self._reader, self._writer):
+            if endpoint is not None:
+                endpoint.close()
+        if self.core is not None:
+            self.core.shutdown()
+
+    # ---- requests --------------------------------------------------------------------------
+    def _handle(self, msg: ClientMessage | _Rejected) -> None:
+        core = self.core
+        if isinstance(msg, AddRequest):
+            core.add_request(msg)
+        elif isinstance(msg, AbortRequests):
+            core.abort(msg.request_ids)
+        elif isinstance(msg, _Rejected):
+            core.reject(msg.request_id, msg.error)
+        else:
+            self._out_q.put(self._utility(msg))
+
+    def _utility(self, call: UtilityCall) -> UtilityResult:
+        try:
+            if call.method == "get_stats":
+                return UtilityResult(call.call_id, self.core.get_stats())
+            if call.method == "reset_prefix_cache":
+                self.core.reset_prefix_cache()
+                return UtilityResult(call.call_id, True)
+            if call.method == "ping":
+                return UtilityResult(call.call_id, "pong")
+            return UtilityResult(call.call_id, error=f"unknown utility method {call.method!r}; "
+                                                     f"known: {list(UTILITIES)}")
+        except Exception as exc:  # a utility's failure is the caller's, not the engine's
+            logger.exception("utility %s failed", call.method)
+            return UtilityResult(call.call_id, error=f"{type(exc).__name__}: {exc}")
+
+    def _fail(self, exc: BaseException) -> None:
+        """Fail every request and say why, then let the output thread flush (bounded)."""
+        message = f"engine failed: {type(exc).__name__}: {exc}"
+        logger.error(message)
+        try:
+            deltas = self.core.fail_all(message)
+        except Exception:
+            logger.exception("could not fail the open requests")
+            deltas = []
+        if deltas:
+            self._out_q.put(StepOutputs(deltas, time.time()))
+        self._out_q.put(EngineFailure(message, "".join(traceback.format_exception(exc))))
+        self._out_q.put(None)
+        for thread in self._threads:
+            if thread.name == "engine-output":
+                thread.join(timeout=5.0)
+
+    # ---- I/O threads -----------------------------------------------------------------------
+    def _input_loop(self, ctx: LoopContext) -> None:
+        decoder = msgspec.msgpack.Decoder(ClientMessage)
+        reader = self._reader
+        assert reader is not None
+        while not self._stop.is_set():
+            try:
+                frame = reader.recv(timeout=IDLE_WAIT)
+            except TimeoutError:
+                continue
+            except PeerClosedError:
+                ctx.request_shutdown("the client closed the request channel")
+                return
+            except ChannelClosedError:
+                return
+            except Exception as exc:
+                ctx.request_shutdown(f"request channel failed: {type(exc).__name__}: {exc}")
+                return
+            try:
+                self._in_q.put(decoder.decode(frame.header))
+            except msgspec.ValidationError as exc:
+                rid = _request_id_of(frame.header)
+                logger.error("invalid request frame%s: %s",
+                             "" if rid is None else f" for request {rid!r}", exc)
+                if rid is not None:
+                    self._in_q.put(_Rejected(rid, f"invalid request: {exc}"))
+            except msgspec.DecodeError as exc:
+                logger.error("dropped a malformed request frame (%d bytes): %s",
+                             len(frame.header), exc)
+
+    def _output_loop(self, ctx: LoopContext) -> None:
+        encoder = msgspec.msgpack.Encoder()
+        writer = self._writer
+        assert writer is not None
+        while True:
+            msg = self._out_q.get()
+            if msg is None:
+                return
+            try:
+                writer.send(encoder.encode(msg))
+            except (PeerClosedError, ChannelClosedError):
+                ctx.request_shutdown("the client closed the output channel")
+                return
+            except Exception as exc:
+                logger.exception("output channel failed")
+                ctx.request_shutdown(f"output channel failed: {type(exc).__name__}: {exc}")
+                return
+
+
+def _request_id_of(frame: Any) -> str | None:
+    """The request id of a well-formed msgpack ``add`` map whose fields failed validation."""
+    try:
+        raw = msgspec.msgpack.decode(frame)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(raw, dict) and raw.get("type") == "add" \
+            and isinstance(raw.get("request_id"), str):
+        return raw["request_id"]
+    return None

@@ -1,0 +1,34 @@
+"""The executor contract: run one scheduled step on the model, wherever the model lives."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from aioengine.messages.worker_io import StepInput, StepResult
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """What the engine learns from the model side once it is loaded."""
+
+    num_kv_blocks: int
+    """KV blocks every rank holds (the smallest over ranks)."""
+
+
+class ExecutorError(RuntimeError):
+    """The model side failed (a worker raised or died); the engine cannot go on."""
+
+
+class Executor(abc.ABC):
+    @abc.abstractmethod
+    def start(self) -> ExecutorInfo:
+        """Load the model, size and allocate the KV cache. Raises on any failure."""
+
+    @abc.abstractmethod
+    def execute(self, step: StepInput) -> StepResult:
+        """Run one step; raises ``ExecutorError`` if the model side failed."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Release the model and any worker processes. Idempotent."""
