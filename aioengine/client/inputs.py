@@ -42,9 +42,9 @@ def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -
                          f"got {type(prompt).__name__}")
     if not ids:
         raise ValueError("prompt has no tokens")
-    if len(ids) >= max_model_len:
-        raise ValueError(f"prompt has {len(ids)} tokens, longer than the model's context allows "
-                         f"(max_model_len={max_model_len}, at least one token must be generated)")
+    if len(ids) > max_model_len:
+        raise ValueError(f"prompt has {len(ids)} tokens, longer than the model's context "
+                         f"(max_model_len={max_model_len})")
     return ids
 
 

@@ -77,7 +77,8 @@ class IncrementalDetokenizer:
 class EngineDetokenizer:
     """Fills ``RequestDelta.new_text`` for every request of a step (``detokenize_in`` "engine"
     or "process"). Call ``add`` for each ``AddRequest`` before its first output, ``drop`` for
-    requests that end without a finishing delta (aborted ones)."""
+    requests that end without a finishing delta (aborted ones). ``add``/``drop`` may run on
+    another thread than ``fill``: each touches the map with one atomic dict operation."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._tok = tokenizer
@@ -106,5 +107,5 @@ class EngineDetokenizer:
             text = state.step(d.new_token_ids) if d.new_token_ids else ""
             if d.finish_reason is not None:
                 text += state.flush()
-                del self._states[d.request_id]
+                self._states.pop(d.request_id, None)
             d.new_text = text

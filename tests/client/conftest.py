@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from tokenizers import Tokenizer
 
+from aioengine import EngineConfig, SyncMPClient
 from tests.client.tokenizer_fixtures import byte_level_bpe, metaspace_bpe, write_tokenizer_dir
 
 
@@ -19,3 +22,25 @@ def spbpe() -> Tokenizer:
 @pytest.fixture(scope="session")
 def bbpe_dir(tmp_path_factory: pytest.TempPathFactory, bbpe: Tokenizer) -> str:
     return write_tokenizer_dir(str(tmp_path_factory.mktemp("bbpe")), bbpe)
+
+
+# ---- real engines ---------------------------------------------------------------------------
+# One engine per transport per module: starting one costs seconds on a 2-core box.
+TRANSPORTS = ["shm", "zmq", "uds"]
+
+
+def tiny_config(transport: str = "shm", **kw: object) -> EngineConfig:
+    base: dict[str, object] = {"model": "tiny", "transport": transport, "num_kv_blocks": 512,
+                               "max_num_seqs": 256, "max_model_len": 512}
+    base.update(kw)
+    return EngineConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def mp_client(request: pytest.FixtureRequest) -> Iterator[SyncMPClient]:
+    """A started client; tests run coroutines on its loop with ``call_async``."""
+    client = SyncMPClient(tiny_config(request.param))
+    try:
+        yield client
+    finally:
+        client.shutdown()

@@ -150,7 +150,7 @@ def test_input_checks(bbpe_dir: str) -> None:
     tok = ClientTokenizer.from_dir(bbpe_dir)
     assert prompt_token_ids(tok, "hello", 64) == tok.encode("hello")
     with pytest.raises(ValueError, match="max_model_len=8"):
-        prompt_token_ids(tok, list(range(8)), 8)
+        prompt_token_ids(tok, list(range(9)), 8)
     with pytest.raises(ValueError, match="position 1"):
         prompt_token_ids(tok, [1, tok.vocab_size], 64)
     with pytest.raises(ValueError, match="prompt is empty"):

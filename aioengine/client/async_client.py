@@ -1,0 +1,382 @@
+"""AsyncMPClient: the engine in child processes, driven from the host's own event loop.
+
+One output task receives every engine message and updates per-request state; each stream's
+consumer builds its ``RequestOutput`` when it wakes, so a slow consumer only merges steps and
+never holds anyone back. Death is seen three ways: the supervisor's monitor thread, the output
+channel closing under us (``PeerClosedError``), and an ``EngineFailure`` message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import msgspec
+
+from aioengine.client.chat_template import ChatMessage
+from aioengine.client.inputs import (
+    Prompt,
+    check_params,
+    check_priority,
+    check_request_id,
+    prompt_token_ids,
+)
+from aioengine.client.launch import EngineProcess, launch_engine
+from aioengine.client.outputs import RequestOutput
+from aioengine.client.request_state import RequestState
+from aioengine.client.tokenizer import Tokenizer
+from aioengine.config import EngineConfig
+from aioengine.messages.engine_io import (
+    AbortRequests,
+    AddRequest,
+    ClientMessage,
+    EngineFailure,
+    EngineMessage,
+    EngineStats,
+    StepOutputs,
+    UtilityCall,
+    UtilityResult,
+)
+from aioengine.messages.sampling_params import SamplingParams
+from aioengine.runtime.errors import EngineDeadError
+from transports.errors import ChannelClosedError, PeerClosedError, TransportError
+
+logger = logging.getLogger(__name__)
+
+
+class _Stream:
+    """A request's state plus the event that wakes its consumer."""
+
+    __slots__ = ("event", "state")
+
+    def __init__(self, state: RequestState) -> None:
+        self.state = state
+        self.event = asyncio.Event()
+
+
+class AsyncMPClient:
+    """Embeds an engine in the running event loop. Use ``async with``, or ``await start()`` and
+    ``await shutdown()``; a forgotten client is cleaned up by a ``weakref.finalize``."""
+
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config if config is not None else EngineConfig()
+        if not isinstance(self.config, EngineConfig):
+            raise ValueError(f"config must be an EngineConfig, got {type(config).__name__}")
+        self._engine: EngineProcess | None = None
+        self._tokenizer: Tokenizer | None = None
+        self._streams: dict[str, _Stream] = {}
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count()
+        self._pending_aborts: list[str] = []
+        self._background: set[asyncio.Task[None]] = set()
+        self._output_task: asyncio.Task[None] | None = None
+        self._send_lock: asyncio.Lock | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dead: EngineDeadError | None = None
+        self._closed = False
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(EngineMessage)
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    async def __aenter__(self) -> AsyncMPClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    async def start(self) -> None:
+        """Spawn the engine (and its workers) and wait for READY. Idempotent."""
+        if self._engine is not None:
+            return
+        if self._closed:
+            raise RuntimeError("this AsyncMPClient was shut down; create a new one")
+        self._loop = asyncio.get_running_loop()
+        self._send_lock = asyncio.Lock()
+        me = weakref.ref(self)  # the supervisor's monitor thread must not keep us alive
+
+        def on_death(error: EngineDeadError) -> None:
+            client = me()
+            if client is not None:
+                client._death_from_thread(error)
+
+        self._engine = await launch_engine(self.config, on_death)
+        try:
+            self._tokenizer = await asyncio.to_thread(Tokenizer.from_dir,
+                                                      self._engine.tokenizer_path)
+        except BaseException:
+            await self._engine.close()
+            raise
+        # Runs if the owner forgets shutdown(): no child, file or segment outlives the host.
+        self._finalizer = weakref.finalize(self, self._engine.close_sync)
+        self._output_task = self._loop.create_task(self._output_loop(),
+                                                   name="aioengine-output")
+
+    async def shutdown(self) -> None:
+        """Stop the engine and release every resource. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._set_dead(EngineDeadError("the client was shut down"))
+        tasks = [t for t in (self._output_task, *self._background) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._engine is not None:
+            await self._engine.close()
+            self._finalizer.detach()
+
+    @property
+    def is_dead(self) -> bool:
+        return self._dead is not None
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        self._check_started()
+        assert self._tokenizer is not None
+        return self._tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        self._check_started()
+        assert self._engine is not None
+        return self._engine.ready.max_model_len
+
+    @property
+    def engine_info(self) -> Any:
+        """The engine's READY payload (``num_kv_blocks``, ``max_model_len``, ...)."""
+        self._check_started()
+        assert self._engine is not None
+        return self._engine.ready
+
+    def _check_started(self) -> None:
+        if self._engine is None:
+            raise RuntimeError("the client is not started: use 'async with AsyncMPClient(...)' "
+                               "or 'await client.start()'")
+
+    def _check_alive(self) -> None:
+        self._check_started()
+        if self._dead is not None:
+            raise self._dead_error()
+
+    def _dead_error(self) -> EngineDeadError:
+        """A fresh exception per raiser, so concurrent tracebacks do not pile onto one."""
+        dead = self._dead
+        assert dead is not None
+        err = EngineDeadError(str(dead), process=dead.process, exitcode=dead.exitcode)
+        err.__cause__ = dead
+        return err
+
+    # ---- requests -----------------------------------------------------------------------
+    def prepare(self, prompt: Prompt, params: SamplingParams | None = None
+                ) -> tuple[list[int], SamplingParams]:
+        """Check a request and tokenize its prompt: ``ValueError`` for anything bad."""
+        self._check_alive()
+        tok = self.tokenizer
+        return prompt_token_ids(tok, prompt, self.max_model_len), check_params(params,
+                                                                               tok.vocab_size)
+
+    def prepare_chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None = None,
+                     **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
+        self._check_alive()
+        return self.prepare(self.tokenizer.encode_chat(messages, **template_kwargs), params)
+
+    async def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
+                       request_id: str | None = None, priority: int = 0
+                       ) -> AsyncIterator[RequestOutput]:
+        """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
+        the generator) aborts the request in the engine."""
+        ids, params = self.prepare(prompt, params)
+        async for out in self.generate_prepared(ids, params, request_id=request_id,
+                                                priority=priority):
+            yield out
+
+    async def chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None = None,
+                   *, request_id: str | None = None, priority: int = 0,
+                   **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
+        """Apply the model's chat template to ``messages`` and stream the reply."""
+        ids, params = self.prepare_chat(messages, params, **template_kwargs)
+        async for out in self.generate_prepared(ids, params, request_id=request_id,
+                                                priority=priority):
+            yield out
+
+    async def generate_prepared(self, ids: list[int], params: SamplingParams, *,
+                                request_id: str | None = None, priority: int = 0
+                                ) -> AsyncIterator[RequestOutput]:
+        """``generate`` for the output of ``prepare`` (batch callers check everything first)."""
+        self._check_alive()
+        rid = check_request_id(request_id, self._streams)
+        priority = check_priority(priority)
+        now = time.time()
+        detok = (self.tokenizer.detokenizer(ids, params.skip_special_tokens)
+                 if self.config.detokenize_in == "host" else None)
+        stream = _Stream(RequestState(rid, ids, params, detok, now))
+        state = stream.state
+        self._streams[rid] = stream  # registered before any await: duplicate ids are caught
+        try:
+            # eos_token_id None: the engine stops on every eos id the model declares.
+            await self._send(AddRequest(rid, ids, params, now, priority))
+            while True:
+                if not state.has_news():
+                    if self._dead is not None:
+                        raise self._dead_error()
+                    stream.event.clear()
+                    await stream.event.wait()
+                    continue
+                out = state.take_output()
+                yield out
+                if out.finished:
+                    return
+        finally:
+            if self._streams.get(rid) is stream:
+                del self._streams[rid]
+            if not state.finished and self._dead is None:
+                self._abort_soon(rid)
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a request: its stream ends with finish_reason "abort" and the engine frees its
+        blocks. Unknown or finished ids are ignored."""
+        self._check_alive()
+        stream = self._streams.get(request_id)
+        if stream is None or stream.state.finished:
+            return
+        stream.state.fail("abort", None, time.time())
+        stream.event.set()
+        await self._send(AbortRequests([request_id]))
+
+    async def get_stats(self, timeout: float = 30.0) -> EngineStats:
+        return msgspec.convert(await self._call("get_stats", timeout=timeout), EngineStats)
+
+    async def check_health(self, timeout: float = 10.0) -> None:
+        """Raise ``EngineDeadError`` unless the engine answers a ping within ``timeout``."""
+        try:
+            await self._call("ping", timeout=timeout)
+        except TimeoutError as e:
+            raise EngineDeadError(f"the engine did not answer a ping within {timeout} s") from e
+
+    async def reset_prefix_cache(self, timeout: float = 30.0) -> Any:
+        return await self._call("reset_prefix_cache", timeout=timeout)
+
+    async def _call(self, method: str, *args: Any, timeout: float) -> Any:
+        self._check_alive()
+        assert self._loop is not None
+        call_id = next(self._call_ids)
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._calls[call_id] = fut
+        try:
+            await self._send(UtilityCall(call_id, method, list(args)))
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._calls.pop(call_id, None)
+
+    # ---- sending ------------------------------------------------------------------------
+    async def _send(self, msg: ClientMessage) -> None:
+        assert self._engine is not None and self._send_lock is not None
+        frame = self._encoder.encode(msg)
+        try:
+            async with self._send_lock:
+                if self._dead is not None:
+                    raise self._dead_error()
+                await self._engine.requests.send(frame)
+        except TransportError as e:
+            self._set_dead(EngineDeadError(f"the engine's request channel failed: {e}"))
+            raise self._dead_error() from e
+
+    def _abort_soon(self, request_id: str) -> None:
+        """Abort from places that cannot await (a generator's cleanup, the output task)."""
+        self._pending_aborts.append(request_id)
+        if len(self._pending_aborts) == 1 and self._loop is not None and not self._closed:
+            task = self._loop.create_task(self._flush_aborts())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _flush_aborts(self) -> None:
+        await asyncio.sleep(0)  # let a burst of cancellations collect into one message
+        ids, self._pending_aborts = self._pending_aborts, []
+        if ids and self._dead is None:
+            try:
+                await self._send(AbortRequests(ids))
+            except EngineDeadError:
+                pass  # every stream is failing already
+
+    # ---- receiving ----------------------------------------------------------------------
+    async def _output_loop(self) -> None:
+        assert self._engine is not None
+        reader = self._engine.outputs
+        try:
+            while True:
+                msg = await reader.recv()
+                try:
+                    decoded = self._decoder.decode(msg.header)
+                except msgspec.DecodeError as e:
+                    raise EngineDeadError(f"undecodable frame from the engine: {e}") from e
+                if isinstance(decoded, StepOutputs):
+                    self._on_outputs(decoded)
+                elif isinstance(decoded, UtilityResult):
+                    self._on_result(decoded)
+                elif isinstance(decoded, EngineFailure):
+                    detail = f"\n{decoded.traceback}" if decoded.traceback else ""
+                    self._set_dead(EngineDeadError(
+                        f"the engine failed: {decoded.message}{detail}"))
+                    return
+        except ChannelClosedError:
+            return  # closed by shutdown
+        except PeerClosedError as e:
+            self._set_dead(EngineDeadError(f"the engine closed its output channel: {e}"))
+        except EngineDeadError as e:
+            self._set_dead(e)
+        except Exception as e:
+            logger.exception("output task failed")
+            self._set_dead(EngineDeadError(f"the client's output task failed: {e!r}"))
+
+    def _on_outputs(self, step: StepOutputs) -> None:
+        now = time.time()
+        streams = self._streams
+        for delta in step.outputs:
+            stream = streams.get(delta.request_id)
+            if stream is None:
+                continue  # aborted or abandoned meanwhile
+            if stream.state.apply(delta, now):
+                self._abort_soon(delta.request_id)  # a stop string ended it; tell the engine
+            stream.event.set()
+
+    def _on_result(self, res: UtilityResult) -> None:
+        fut = self._calls.pop(res.call_id, None)
+        if fut is None or fut.done():
+            return
+        if res.error is not None:
+            fut.set_exception(RuntimeError(f"engine call failed: {res.error}"))
+        else:
+            fut.set_result(res.result)
+
+    # ---- death --------------------------------------------------------------------------
+    def _death_from_thread(self, error: EngineDeadError) -> None:
+        """The supervisor's monitor thread saw a child die."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._on_child_death, error)
+        except RuntimeError:
+            pass  # the loop closed in between; nothing is left to notify
+
+    def _on_child_death(self, error: EngineDeadError) -> None:
+        if self._output_task is not None:  # before that, start() itself reports the failure
+            self._set_dead(error)
+
+    def _set_dead(self, error: EngineDeadError) -> None:
+        if self._dead is not None:
+            return
+        self._dead = error
+        if not self._closed:
+            logger.error("engine is dead: %s", error)
+        for stream in self._streams.values():
+            stream.event.set()
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(error)

@@ -1,0 +1,147 @@
+"""Start the engine's processes for a client: bind the channels, spawn, wait for READY.
+
+The client binds both of its channels (so the host, which survives an engine SIGKILL, owns
+their cleanup) and hands the addresses to the engine in ``EngineLaunch``. With
+``detokenize_in="process"`` a detokenizer process sits between the two and binds the
+engine-facing pair itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from aioengine.client.detok_proc import DetokLaunch
+from aioengine.config import EngineConfig
+from aioengine.engine.core_proc import TARGET as ENGINE_TARGET
+from aioengine.engine.core_proc import EngineLaunch
+from aioengine.hub import ResolvedModel, resolve_model
+from aioengine.runtime import ChildSpec, EngineDeadError, EngineStartupError, Supervisor
+from aioengine.runtime.errors import describe_exitcode
+from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
+
+logger = logging.getLogger(__name__)
+
+DETOK_TARGET = "aioengine.client.detok_proc:make_detokenizer"
+ENGINE_NAME = "aioengine-engine"
+DETOK_NAME = "aioengine-detokenizer"
+
+
+@dataclass(frozen=True)
+class EngineReady:
+    """The engine's READY payload."""
+
+    num_kv_blocks: int
+    max_model_len: int
+    block_size: int
+    eos_token_id: int | None
+    vocab_size: int
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> EngineReady:
+        try:
+            return msgspec.convert(payload, cls)
+        except msgspec.ValidationError as e:
+            raise EngineStartupError(f"the engine's READY payload is malformed: {e}") from e
+
+
+class EngineProcess:
+    """The running engine as the client sees it: two endpoints and a supervisor."""
+
+    def __init__(self, supervisor: Supervisor, requests: AsyncWriter, outputs: AsyncReader,
+                 ready: EngineReady, resolved: ResolvedModel) -> None:
+        self.supervisor = supervisor
+        self.requests = requests
+        self.outputs = outputs
+        self.ready = ready
+        self.resolved = resolved
+
+    @property
+    def tokenizer_path(self) -> str:
+        return self.resolved.tokenizer_path
+
+    async def close(self) -> None:
+        """Stop the processes (in a thread: it joins them), then release our channels."""
+        await asyncio.to_thread(self.supervisor.shutdown)
+        close_quietly(self.requests, self.outputs)
+
+    def close_sync(self) -> None:
+        """For a ``weakref.finalize`` when the owner forgot to shut down."""
+        self.supervisor.shutdown()
+        close_quietly(self.requests, self.outputs)
+
+
+def close_quietly(*endpoints: Any) -> None:
+    for ep in endpoints:
+        if ep is None:
+            continue
+        try:
+            ep.close()
+        except Exception:
+            logger.exception("closing %r failed", ep)
+
+
+def channel_urls(transport: str) -> tuple[str, str]:
+    """The two channel URLs for one ``EngineConfig.transport``. A short name gives each its own
+    private address; a URL names the request channel, and the output channel gets the same with
+    ``-out`` appended (``tcp`` URLs: the next port, unless the port is 0)."""
+    if "://" not in transport:
+        return transport, transport
+    if transport.startswith("zmq+tcp://"):
+        host, _, port = transport[len("zmq+tcp://"):].rpartition(":")
+        if port.isdigit() and int(port) != 0:
+            return transport, f"zmq+tcp://{host}:{int(port) + 1}"
+        return transport, transport
+    return transport, transport + "-out"
+
+
+async def launch_engine(config: EngineConfig,
+                        on_death: Callable[[EngineDeadError], None]) -> EngineProcess:
+    """Everything ``AsyncMPClient.start`` needs; on failure nothing is left running or bound."""
+    try:
+        resolved = await asyncio.to_thread(resolve_model, config.model, config.tokenizer,
+                                           require_tokenizer=True)
+    except (FileNotFoundError, ValueError) as e:
+        raise EngineStartupError(f"cannot start an engine for model {config.model!r}: {e}") \
+            from e
+
+    def death(name: str, exitcode: int | None) -> None:
+        on_death(EngineDeadError(f"{name} died ({describe_exitcode(exitcode)})",
+                                 process=name, exitcode=exitcode))
+
+    req_url, out_url = channel_urls(config.transport)
+    requests: AsyncWriter | None = None
+    outputs: AsyncReader | None = None
+    supervisor = Supervisor(death)
+    try:
+        requests = await open_async_writer(req_url, bind=True)
+        outputs = await open_async_reader(out_url, bind=True)
+        engine_in, engine_out = requests.address, outputs.address
+        if config.detokenize_in == "process":
+            detok = DetokLaunch(resolved.tokenizer_path, requests.address, outputs.address,
+                                req_url)
+            payload = await asyncio.to_thread(
+                supervisor.start, [ChildSpec(DETOK_NAME, DETOK_TARGET,
+                                             msgspec.msgpack.encode(detok))],
+                config.startup_timeout)
+            engine_in = payload[DETOK_NAME]["request_url"]
+            engine_out = payload[DETOK_NAME]["output_url"]
+        launch = EngineLaunch(config.to_msgpack(), engine_in, engine_out)
+        spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode())
+        if config.detokenize_in == "process":
+            await asyncio.to_thread(supervisor.spawn, spec)
+            payload = await asyncio.to_thread(supervisor.wait_ready, config.startup_timeout,
+                                              [ENGINE_NAME])
+        else:
+            payload = await asyncio.to_thread(supervisor.start, [spec], config.startup_timeout)
+        ready = EngineReady.from_payload(payload[ENGINE_NAME])
+    except BaseException:
+        await asyncio.to_thread(supervisor.shutdown)
+        close_quietly(requests, outputs)
+        raise
+    return EngineProcess(supervisor, requests, outputs, ready, resolved)

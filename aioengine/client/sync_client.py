@@ -1,0 +1,134 @@
+"""SyncMPClient: the multiprocess client for blocking callers (``LLM``, scripts, notebooks).
+
+It drives an ``AsyncMPClient`` on an event loop in a background thread through an anyio
+blocking portal, so there is one implementation of streams, aborts and engine death.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+
+from aioengine.client.async_client import AsyncMPClient
+from aioengine.client.chat_template import ChatMessage
+from aioengine.client.inputs import Prompt
+from aioengine.client.outputs import RequestOutput
+from aioengine.client.tokenizer import Tokenizer
+from aioengine.config import EngineConfig
+from aioengine.messages.engine_io import EngineStats
+from aioengine.messages.sampling_params import SamplingParams
+
+T = TypeVar("T")
+
+
+class SyncMPClient:
+    def __init__(self, config: EngineConfig | None = None, *, use_uvloop: bool = False) -> None:
+        self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] = \
+            anyio.from_thread.start_blocking_portal(
+                "asyncio", backend_options={"use_uvloop": use_uvloop})
+        self._portal = self._portal_cm.__enter__()
+        self._client = AsyncMPClient(config)
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._portal.call(self._client.start)
+        except BaseException:
+            self._portal.call(self._client.shutdown)
+            self._portal_cm.__exit__(None, None, None)
+            raise
+
+    def __enter__(self) -> SyncMPClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._client.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self._client.max_model_len
+
+    @property
+    def is_dead(self) -> bool:
+        return self._client.is_dead
+
+    @property
+    def async_client(self) -> AsyncMPClient:
+        return self._client
+
+    def prepare(self, prompt: Prompt, params: SamplingParams | None
+                ) -> tuple[list[int], SamplingParams]:
+        return self._client.prepare(prompt, params)
+
+    def prepare_chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None,
+                     **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
+        return self._client.prepare_chat(messages, params, **template_kwargs)
+
+    def generate_all(self, requests: Sequence[tuple[list[int], SamplingParams]],
+                     on_finished: Callable[[], None] | None = None) -> list[RequestOutput]:
+        """Run prepared requests concurrently; final outputs in input order. If one fails (the
+        engine died), the others are cancelled, which aborts them."""
+        return self._portal.call(self._generate_all, list(requests), on_finished)
+
+    async def _generate_all(self, requests: list[tuple[list[int], SamplingParams]],
+                            on_finished: Callable[[], None] | None) -> list[RequestOutput]:
+        results: list[RequestOutput | None] = [None] * len(requests)
+
+        async def one(i: int) -> None:
+            ids, params = requests[i]
+            async for out in self._client.generate_prepared(ids, params):
+                results[i] = out
+            if on_finished is not None:
+                on_finished()
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(requests)):
+                tg.start_soon(one, i)
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
+
+    def stream(self, prompt: Prompt, params: SamplingParams | None = None
+               ) -> Iterator[RequestOutput]:
+        """Iterate one request's outputs from blocking code; closing the iterator aborts it."""
+        ids, params = self.prepare(prompt, params)
+        agen = self._client.generate_prepared(ids, params)
+        try:
+            while True:
+                try:
+                    yield self._portal.call(agen.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._portal.call(agen.aclose)
+
+    def call_async(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``await fn(*args)`` on the client's event loop and return its result (for code
+        that wants the async API, e.g. ``lambda: client.async_client.get_stats()``)."""
+        return self._portal.call(fn, *args)
+
+    def abort(self, request_id: str) -> None:
+        self._portal.call(self._client.abort, request_id)
+
+    def get_stats(self) -> EngineStats:
+        return self._portal.call(self._client.get_stats)
+
+    def check_health(self) -> None:
+        self._portal.call(self._client.check_health)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._portal.call(self._client.shutdown)
+        finally:
+            self._portal_cm.__exit__(None, None, None)
