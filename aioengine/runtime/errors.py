@@ -1,0 +1,49 @@
+"""Errors about child processes, raised in the parent (the public API re-exports both)."""
+
+from __future__ import annotations
+
+import signal
+
+
+def describe_exitcode(exitcode: int | None) -> str:
+    """``exit code 3`` / ``killed by signal SIGKILL (-9)`` / ``still running``, for messages."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            signame = signal.Signals(-exitcode).name
+        except ValueError:
+            signame = f"signal {-exitcode}"
+        return f"killed by signal {signame} ({exitcode})"
+    return f"exit code {exitcode}"
+
+
+class EngineStartupError(RuntimeError):
+    """A child process failed before it reported READY (it raised, died, or timed out).
+
+    ``child_traceback`` is the child's own formatted traceback when it raised; the message
+    includes it so the child's file and line show up wherever the error is printed.
+    """
+
+    def __init__(self, message: str, *, process: str | None = None,
+                 exitcode: int | None = None, exc_type: str | None = None,
+                 child_message: str | None = None, child_traceback: str | None = None) -> None:
+        full = message
+        if child_traceback:
+            full = f"{message}\n\nTraceback in child process {process!r}:\n{child_traceback}"
+        super().__init__(full.rstrip("\n"))
+        self.process = process
+        self.exitcode = exitcode
+        self.exc_type = exc_type
+        self.child_message = child_message
+        self.child_traceback = child_traceback
+
+
+class EngineDeadError(RuntimeError):
+    """A process of a running engine died; every open stream fails with this."""
+
+    def __init__(self, message: str = "the engine process died", *, process: str | None = None,
+                 exitcode: int | None = None) -> None:
+        super().__init__(message)
+        self.process = process
+        self.exitcode = exitcode

@@ -1,0 +1,151 @@
+"""Tiny busy-loop targets for the runtime tests (spawn imports them by name from here).
+
+Factories take msgpack bytes: a dict with optional ``marker`` (a file cleanup writes, proving it
+ran), ``payload`` (extra READY payload) and target-specific keys.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+from aioengine.runtime import BusyLoopTarget, ChildSpec, LoopContext, Supervisor
+
+
+def encode_args(**kwargs: Any) -> bytes:
+    return msgspec.msgpack.encode(kwargs)
+
+
+def _args(raw: bytes) -> dict[str, Any]:
+    return msgspec.msgpack.decode(raw) if raw else {}
+
+
+def _write_marker(path: str | None, text: str) -> None:
+    if path:
+        with open(path, "w") as f:
+            f.write(text)
+
+
+class Idle(BusyLoopTarget):
+    """Waits on the shutdown signal in short slices; cleanup writes the marker."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.args = args
+
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        return {"pid": os.getpid(), **self.args.get("payload", {})}
+
+    def step(self, ctx: LoopContext) -> None:
+        ctx.wait(0.05)
+
+    def cleanup(self) -> None:
+        _write_marker(self.args.get("marker"), f"cleaned {os.getpid()}")
+
+
+def idle(raw: bytes) -> Idle:
+    return Idle(_args(raw))
+
+
+class BlockedRecv(Idle):
+    """Its step blocks in ``recv`` with no timeout; a wake-up callback breaks the wait."""
+
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        self.sock, self.peer = socket.socketpair()
+        ctx.add_wakeup(lambda: self.sock.shutdown(socket.SHUT_RDWR))
+        return super().init(ctx)
+
+    def step(self, ctx: LoopContext) -> None:
+        self.sock.recv(1)  # returns b"" once the wake-up shut the socket down
+
+    def cleanup(self) -> None:
+        self.sock.close()
+        self.peer.close()
+        super().cleanup()
+
+
+def blocked_recv(raw: bytes) -> BlockedRecv:
+    return BlockedRecv(_args(raw))
+
+
+class FailingInit(Idle):
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        raise ValueError("boom")
+
+
+def failing_init(raw: bytes) -> FailingInit:
+    return FailingInit(_args(raw))
+
+
+class ExitInInit(Idle):
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        os._exit(3)
+
+
+def exit_in_init(raw: bytes) -> ExitInInit:
+    return ExitInInit(_args(raw))
+
+
+class SlowInit(Idle):
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        ctx.wait(60)  # returns early on SIGTERM
+        return super().init(ctx)
+
+
+def slow_init(raw: bytes) -> SlowInit:
+    return SlowInit(_args(raw))
+
+
+class BadPayload(Idle):
+    def init(self, ctx: LoopContext) -> Any:
+        return self.args["payload"] if "payload" in self.args else {"obj": object()}
+
+
+def bad_payload(raw: bytes) -> BadPayload:
+    return BadPayload(_args(raw))
+
+
+def not_a_target(raw: bytes) -> int:
+    return 42
+
+
+class Stubborn(Idle):
+    """Starts a grandchild, then its step never returns: only SIGKILL stops it."""
+
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        self.sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        return {"pid": os.getpid(), "grandchild": self.sleeper.pid}
+
+    def step(self, ctx: LoopContext) -> None:
+        while True:
+            time.sleep(0.05)
+
+
+def stubborn(raw: bytes) -> Stubborn:
+    return Stubborn(_args(raw))
+
+
+class Middle(Idle):
+    """Supervises its own children (as the engine supervises workers)."""
+
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        self.supervisor = Supervisor(lambda name, code: ctx.request_shutdown(f"{name} died"))
+        specs = [ChildSpec(f"aioengine-test-leaf{i}", "tests.runtime.targets:idle",
+                           encode_args(marker=marker))
+                 for i, marker in enumerate(self.args["leaf_markers"])]
+        ready = self.supervisor.start(specs, timeout=60)
+        return {"pid": os.getpid(), "leaves": [p["pid"] for p in ready.values()]}
+
+    def cleanup(self) -> None:
+        if hasattr(self, "supervisor"):
+            self.supervisor.shutdown()
+        super().cleanup()
+
+
+def middle(raw: bytes) -> Middle:
+    return Middle(_args(raw))

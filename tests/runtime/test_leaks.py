@@ -1,0 +1,75 @@
+"""The leak check behind the autouse fixture: it reports, then removes, what a test leaves."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import psutil
+
+from tests.runtime.leaks import LeakSnapshot
+
+CONFTEST = os.path.join(os.path.dirname(os.path.dirname(__file__)), "conftest.py")
+
+
+def test_reports_and_removes_processes_shm_and_tmp_entries():
+    tag = uuid.uuid4().hex[:8]
+    snapshot = LeakSnapshot()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    shm = f"/dev/shm/aioengine-leaktest-{tag}"
+    tmp = os.path.join(tempfile.gettempdir(), f"aioengine-leaktest-{tag}")
+    open(shm, "wb").close()
+    os.mkdir(tmp)
+    open(os.path.join(tmp, "sock"), "wb").close()
+    started = time.monotonic()
+    problems = snapshot.finish(grace=0.2)
+    assert time.monotonic() - started < 5
+    assert any(f"pid {child.pid}" in p and "child process left running" in p for p in problems)
+    assert f"left behind: {shm}" in problems and f"left behind: {tmp}" in problems
+    child.wait(5)  # already reaped by the check, which killed it
+    assert not psutil.pid_exists(child.pid)
+    assert not os.path.exists(shm) and not os.path.exists(tmp)
+    assert LeakSnapshot().finish(grace=0) == []
+
+
+def test_entries_held_by_processes_outside_the_test_are_not_ours():
+    path = f"/dev/shm/aioengine-leaktest-{uuid.uuid4().hex[:8]}"
+    snapshot = LeakSnapshot()
+    # A double fork: the holder is re-parented away, like another test run's process.
+    code = ("import os, sys, time\n"
+            "if os.fork(): os._exit(0)\n"
+            f"f = open({path!r}, 'wb'); print(os.getpid(), flush=True); time.sleep(60)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    holder = psutil.Process(int(launcher.stdout.readline()))
+    launcher.wait(5)
+    launcher.stdout.close()
+    try:
+        assert holder.ppid() != os.getpid()
+        assert snapshot.finish(grace=0) == []
+        assert os.path.exists(path)
+    finally:
+        holder.kill()
+        holder.wait(5) if holder.ppid() == os.getpid() else time.sleep(0.1)
+        os.unlink(path)
+
+
+def test_the_autouse_fixture_fails_a_leaking_test(pytester):
+    with open(CONFTEST) as f:
+        pytester.makeconftest(f.read())
+    pytester.makepyfile(test_inner="""
+        import subprocess, sys
+
+        def test_leaky():
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+        def test_clean():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*test_leaky*leaked (now cleaned up)*",
+                                 "*child process left running: pid *"])

@@ -1,0 +1,54 @@
+"""Children notice their parent's SIGKILL, run their cleanup, and exit (no orphans)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from aioengine.runtime import ChildSpec, EventType, Supervisor
+from aioengine.runtime.process_tree import wait_gone
+from tests.runtime.targets import encode_args
+
+
+@pytest.mark.timeout(90)
+def test_sigkill_of_a_supervising_child_takes_its_children_down(tmp_path):
+    markers = [str(tmp_path / f"leaf{i}") for i in range(2)]
+    deaths: list[tuple[str, int | None]] = []
+    with Supervisor(lambda name, code: deaths.append((name, code))) as sup:
+        ready = sup.start([ChildSpec("aioengine-test-middle", "tests.runtime.targets:middle",
+                                     encode_args(leaf_markers=markers))], timeout=60)
+        middle = psutil.Process(ready["aioengine-test-middle"]["pid"])
+        leaves = [psutil.Process(pid) for pid in ready["aioengine-test-middle"]["leaves"]]
+        assert {leaf.ppid() for leaf in leaves} == {middle.pid}
+        assert [leaf.name() for leaf in leaves] == ["aioengine-test-", "aioengine-test-"]
+        killed_at = time.monotonic()
+        middle.kill()
+        assert wait_gone(leaves, 5) == []
+        took = time.monotonic() - killed_at
+    assert took < 5, took
+    assert deaths == [("aioengine-test-middle", -signal.SIGKILL)]
+    for marker, leaf in zip(markers, leaves, strict=True):
+        with open(marker) as f:
+            assert f.read() == f"cleaned {leaf.pid}"  # cleanup ran in the orphaned leaf
+
+
+@pytest.mark.timeout(90)
+def test_child_outlives_the_parent_thread_that_started_it():
+    # PR_SET_PDEATHSIG fires when the starting *thread* exits; the child must check its parent
+    # process before shutting down (hosts often start engines from worker threads).
+    sup = Supervisor()
+    try:
+        starter = threading.Thread(target=sup.start, args=(
+            [ChildSpec("aioengine-test-threaded", "tests.runtime.targets:idle")], 60))
+        starter.start()
+        starter.join()
+        time.sleep(0.6)  # several parent-watch polls
+        sup.check_alive()
+        assert [e.type for e in sup.events("aioengine-test-threaded")] == [
+            EventType.STARTUP, EventType.READY]
+    finally:
+        sup.shutdown()
