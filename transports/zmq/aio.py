@@ -1,0 +1,218 @@
+"""asyncio zmq endpoints: the zmq notification fds (data and monitor socket) are registered
+with the event loop; after every wake-up ``ZMQ_EVENTS`` is re-read, which both answers the
+question and re-arms zmq's edge-triggered fd. Messages are taken only synchronously, so a
+cancelled ``recv`` never loses one."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+
+import zmq
+
+from transports._buffers import message_views
+from transports._deadline import Deadline, check_timeout
+from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
+from transports.errors import ChannelClosedError
+from transports.zmq import channel as C
+from transports.zmq.address import parse
+from transports.zmq.sync import check_args, check_num_readers, check_rank, ready_timeout
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class _AsyncBase(Endpoint):
+    _writer = False
+
+    def __init__(self, connect_timeout: float, kind: int, address: str | None, *, bind: bool,
+                 hwm: int, num_readers: int | None = None, rank: int | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        addr = parse(address, binding=bind)
+        self._ch = ch = C.Channel(self, kind, addr, bind=bind, hwm=hwm, num_readers=num_readers,
+                                  rank=rank)
+        self._fds = [ch.sock.FD] + ([ch.mon.FD] if ch.mon is not None else [])
+        self._connect_timeout = connect_timeout
+        self._connect_deadline: Deadline | None = None
+        self._lock = asyncio.Lock()
+        self._waiters: set[asyncio.Future[None]] = set()
+        self._closed = False
+        weakref.finalize(self, ch.close, 0)
+
+    @property
+    def address(self) -> str:
+        return self._ch.url
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ChannelClosedError(f"endpoint {self.address} is closed")
+
+    async def _wait(self, deadline: Deadline) -> None:
+        """Until either zmq fd signals, the deadline, or close() (ChannelClosedError)."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        for fd in self._fds:
+            self._loop.add_reader(fd, _wake, fut)
+        left = deadline.remaining()
+        timer = None if left is None else self._loop.call_later(left, _wake, fut)
+        self._waiters.add(fut)
+        try:
+            await fut
+        finally:
+            self._waiters.discard(fut)
+            if timer is not None:
+                timer.cancel()
+            if not self._closed:  # close() already unregistered them; numbers may be reused
+                for fd in self._fds:
+                    self._loop.remove_reader(fd)
+
+    def _settled(self, event: int) -> bool:
+        """True when nothing is pending on either socket (so waiting on the fds is safe)."""
+        return not (self._ch.has(event) or self._ch.mon_has_events())
+
+    async def _ensure_ready(self, deadline: Deadline, connecting: bool = False) -> None:
+        ch = self._ch
+        if self._connect_deadline is None:
+            self._connect_deadline = Deadline(self._connect_timeout)
+        wait = Deadline.earliest(deadline, self._connect_deadline)
+        while True:
+            ch.process_events()
+            if ch.error is not None:
+                raise ch.error
+            if ch.ready:
+                return
+            if wait.expired():
+                raise ready_timeout(ch, self._connect_deadline, self._connect_timeout, connecting)
+            if self._settled(zmq.POLLIN):
+                await self._wait(wait)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for fd in self._fds:
+            self._loop.remove_reader(fd)
+        for fut in list(self._waiters):
+            if not fut.done():
+                fut.set_exception(ChannelClosedError(f"endpoint {self.address} was closed"))
+        ch = self._ch
+        live = ch.ready and ch.gone is None
+        ch.close(C.LINGER_MS if self._writer and live else 0, background=True)
+
+
+class ZmqAsyncWriter(_AsyncBase, AsyncWriter):
+    _writer = True
+
+    async def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
+                   timeout: float | None = None) -> None:
+        deadline = Deadline(timeout)
+        head, bufs = message_views(header, buffers)
+        frames = [head, *bufs]
+        async with self._lock:
+            self._check_open()
+            ch = self._ch
+            if not ch.ready:
+                await self._ensure_ready(deadline)
+            backoff = 0.001
+            while True:
+                ch.process_events()
+                ch.check_peer()
+                trackers = ch.try_send(frames)
+                if trackers is not None:
+                    break
+                if deadline.expired():
+                    raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
+                if ch.kind == C.XPUB:  # XPUB never reports POLLOUT honestly: back off
+                    await self._wait(Deadline.earliest(deadline, Deadline(backoff)))
+                    backoff = min(backoff * 2, 0.02)
+                elif self._settled(zmq.POLLOUT):
+                    await self._wait(deadline)
+            # zmq reads writable caller buffers later; complete once it is done with them.
+            for tracker in trackers:
+                pause = 0.0005
+                while not tracker.done:
+                    await self._sleep(pause)
+                    pause = min(pause * 2, 0.01)
+
+    async def _sleep(self, seconds: float) -> None:
+        fut: asyncio.Future[None] = self._loop.create_future()
+        timer = self._loop.call_later(seconds, _wake, fut)
+        self._waiters.add(fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._waiters.discard(fut)
+
+
+class ZmqAsyncReader(_AsyncBase, AsyncReader):
+    async def recv(self, timeout: float | None = None) -> Message:
+        deadline = Deadline(timeout)
+        async with self._lock:
+            self._check_open()
+            ch = self._ch
+            msg = ch.try_recv()
+            if msg is not None:
+                return msg
+            if not ch.ready:
+                await self._ensure_ready(deadline)
+            while True:
+                msg = ch.try_recv()
+                if msg is not None:
+                    return msg
+                ch.process_events()
+                if ch.gone is not None or ch.error is not None:
+                    msg = ch.try_recv()  # what arrived before the peer left comes first
+                    if msg is not None:
+                        return msg
+                    ch.check_peer()
+                if deadline.expired():
+                    raise TimeoutError(f"no message on {self.address} within {timeout} s")
+                if self._settled(zmq.POLLIN):
+                    await self._wait(deadline)
+
+
+async def _connect(endpoint: _AsyncBase) -> None:
+    try:
+        await endpoint._ensure_ready(Deadline(endpoint._connect_timeout), connecting=True)
+    except BaseException:
+        endpoint.close()
+        raise
+
+
+async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
+                            connect_timeout: float) -> ZmqAsyncWriter:
+    check_args(capacity, connect_timeout)
+    w = ZmqAsyncWriter(connect_timeout, C.PUSH, address, bind=bind, hwm=C.hwm_for(capacity))
+    if not bind:
+        await _connect(w)
+    return w
+
+
+async def open_async_reader(address: str | None, *, bind: bool, capacity: int,
+                            connect_timeout: float) -> ZmqAsyncReader:
+    check_args(capacity, connect_timeout)
+    r = ZmqAsyncReader(connect_timeout, C.PULL, address, bind=bind, hwm=C.hwm_for(capacity))
+    if not bind:
+        await _connect(r)
+    return r
+
+
+async def open_async_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
+                                      connect_timeout: float) -> ZmqAsyncWriter:
+    check_args(capacity, connect_timeout)
+    check_num_readers(num_readers)
+    return ZmqAsyncWriter(connect_timeout, C.XPUB, address, bind=True,
+                          hwm=C.hwm_for(capacity), num_readers=num_readers)
+
+
+async def open_async_broadcast_reader(address: str | None, rank: int, *,
+                                      connect_timeout: float) -> ZmqAsyncReader:
+    check_timeout(connect_timeout, "connect_timeout")
+    check_rank(rank)
+    r = ZmqAsyncReader(connect_timeout, C.SUB, address, bind=False,
+                       hwm=C.hwm_for(C.DEFAULT_READER_CAPACITY), rank=rank)
+    await _connect(r)
+    return r

@@ -1,0 +1,203 @@
+"""One zmq endpoint's sockets and peer state, shared by the blocking and asyncio fronts.
+
+Sockets: PUSH/PULL for point-to-point, XPUB/SUB for broadcast. Each endpoint has its own
+context and a monitor socket, from which we learn that the peer connected (handshake) and that
+it went away (disconnect, SIGKILL included; TCP keepalive covers a silent remote host). Broadcast
+readers subscribe to everything plus one topic naming their rank, so the XPUB writer (verbose)
+sees exactly which ranks are present and which one left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from transports._paths import FileCleanup
+from transports.base import Message
+from transports.errors import AddressError, PeerClosedError, TransportError
+from transports.zmq.address import ZmqAddress
+
+log = logging.getLogger(__name__)
+
+LINGER_MS = 1000  # a closing writer gets this long to flush queued messages to a live peer
+COPY_BELOW = 64 * 1024  # smaller frames are copied (cheaper than zero-copy bookkeeping)
+RANK_TOPIC = b"\xffaiot-rank:"
+DEFAULT_READER_CAPACITY = 64 * 1024 * 1024  # broadcast readers get no capacity argument
+_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPTED
+           | zmq.EVENT_CONNECTED)
+PUSH, PULL, XPUB, SUB = zmq.PUSH, zmq.PULL, zmq.XPUB, zmq.SUB
+
+
+def hwm_for(capacity: int) -> int:
+    """zmq counts messages, not bytes: one message per 64 KiB of capacity, 1..1000 per side."""
+    return max(1, min(capacity // COPY_BELOW, 1000))
+
+
+class Channel:
+    def __init__(self, owner: object, kind: int, addr: ZmqAddress, *, bind: bool, hwm: int,
+                 num_readers: int | None = None, rank: int | None = None) -> None:
+        self.kind = kind
+        self.bind = bind
+        self.num_readers = num_readers
+        self.ctx = zmq.Context(io_threads=1)
+        self.sock = self.ctx.socket(kind)
+        self.mon: zmq.Socket | None = None
+        self.closed = False
+        self.handshakes = 0
+        self.ranks: set[int] = set()
+        self.gone: str | None = None  # why the peer is known gone
+        self.error: TransportError | None = None  # a protocol violation (extra peer, bad rank)
+        self.url = addr.url
+        # Removes the socket file and our private directory on close or garbage collection.
+        self._cleanup = FileCleanup(owner, addr.ipc_path if bind else None, addr.private_dir)
+        try:
+            self._setup(addr, hwm, rank)
+        except BaseException:
+            self.close(linger_ms=0)
+            raise
+
+    def _setup(self, addr: ZmqAddress, hwm: int, rank: int | None) -> None:
+        s = self.sock
+        s.linger = 0
+        s.sndhwm = hwm
+        s.rcvhwm = hwm
+        s.sndbuf = s.rcvbuf = max(4096, min(hwm * COPY_BELOW, 4 * 1024 * 1024))  # kernel part
+        if addr.endpoint.startswith("tcp://"):
+            # A silent remote host is found by kernel keepalives. Not ZMTP heartbeats: those
+            # queue behind data, so a reader that is merely slow would be declared dead.
+            s.setsockopt(zmq.TCP_KEEPALIVE, 1)
+            s.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 10)
+            s.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 2)
+            s.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
+        if "[" in addr.endpoint:
+            s.ipv6 = True
+        if self.kind == XPUB:
+            s.setsockopt(zmq.XPUB_VERBOSE, 1)
+            s.setsockopt(zmq.XPUB_NODROP, 1)  # block (backpressure), never drop silently
+        if self.kind == SUB:
+            s.setsockopt(zmq.SUBSCRIBE, b"")
+            s.setsockopt(zmq.SUBSCRIBE, RANK_TOPIC + str(rank).encode())
+        self.mon = s.get_monitor_socket(_EVENTS)
+        try:
+            if self.bind:
+                s.bind(addr.endpoint)
+            else:
+                s.connect(addr.endpoint)
+        except zmq.ZMQError as e:
+            verb = "bind" if self.bind else "connect to"
+            raise AddressError(f"cannot {verb} {addr.url}: {e.strerror}") from e
+        if self.bind:
+            self.url = "zmq+" + s.getsockopt_string(zmq.LAST_ENDPOINT)
+            if addr.ipc_path is not None:
+                os.chmod(addr.ipc_path, 0o600)  # the directory is 0700 for default addresses
+
+    # ---- peer state ----------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        if self.kind == XPUB:
+            return len(self.ranks) == self.num_readers
+        return self.handshakes > 0
+
+    def process_events(self) -> None:
+        """Drain monitor events (and XPUB subscriptions) without blocking."""
+        mon = self.mon
+        while mon is not None:
+            try:
+                frames = mon.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            event = parse_monitor_message(frames)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.handshakes += 1
+                if self.kind in (PUSH, PULL) and self.handshakes > 1 and self.error is None:
+                    self.error = TransportError(
+                        f"a second peer connected to point-to-point channel {self.url}")
+            elif event == zmq.EVENT_DISCONNECTED and self.handshakes and self.gone is None:
+                self.gone = "disconnected"
+        if self.kind == XPUB:
+            self._process_subscriptions()
+
+    def _process_subscriptions(self) -> None:
+        while True:
+            try:
+                sub = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            topic = sub[1:]
+            if not topic.startswith(RANK_TOPIC):
+                continue
+            rank = int(topic[len(RANK_TOPIC):])
+            if sub[:1] == b"\x00":
+                self.ranks.discard(rank)
+                self.gone = self.gone or f"broadcast reader rank {rank} disconnected"
+            elif not 0 <= rank < (self.num_readers or 0):
+                self.error = AddressError(f"rank {rank} connected to {self.url}, a broadcast to "
+                                          f"{self.num_readers} readers")
+            elif rank in self.ranks:
+                self.error = AddressError(f"rank {rank} connected twice to {self.url}")
+            else:
+                self.ranks.add(rank)
+
+    def check_peer(self) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.gone is not None:
+            raise PeerClosedError(f"the peer of {self.url} is gone ({self.gone})")
+
+    # ---- data ----------------------------------------------------------------------------------
+    def try_recv(self) -> Message | None:
+        try:
+            frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return None
+        return Message(frames[0].buffer, [f.buffer for f in frames[1:]])
+
+    def try_send(self, frames: list[memoryview]) -> list[zmq.MessageTracker] | None:
+        """Queue one message, all or nothing. Returns trackers of the caller's writable large
+        buffers (zmq reads them later), or None if the channel is full."""
+        trackers = []
+        last = len(frames) - 1
+        for i, frame in enumerate(frames):
+            flags = zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0)
+            big = len(frame) >= COPY_BELOW
+            track = big and not frame.readonly
+            try:
+                t = self.sock.send(frame, flags, copy=not big, track=track)
+            except zmq.Again:
+                if i == 0:
+                    return None
+                raise  # later parts of an accepted message are never refused
+            if track:
+                trackers.append(t)
+        return trackers
+
+    def has(self, event: int) -> bool:
+        return bool(self.sock.getsockopt(zmq.EVENTS) & event)
+
+    def mon_has_events(self) -> bool:
+        return self.mon is not None and bool(self.mon.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+
+    # ---- closing -------------------------------------------------------------------------------
+    def close(self, linger_ms: int, background: bool = False) -> None:
+        """Close sockets and the context. A writer passes ``LINGER_MS`` so queued messages still
+        reach a live peer; ``background`` terminates the context in a thread (asyncio fronts)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.mon is not None:
+            with contextlib.suppress(zmq.ZMQError):
+                self.sock.disable_monitor()
+            self.mon.close(linger=0)
+            self.mon = None
+        self.sock.close(linger=linger_ms)
+        self._cleanup.run()  # the file goes now; zmq's own unlink later finds nothing
+        if background and linger_ms:
+            # term() waits for the linger; an event loop must not wait with it.
+            threading.Thread(target=self.ctx.term, daemon=True, name="aiot-zmq-term").start()
+        else:
+            self.ctx.term()
