@@ -7,7 +7,6 @@ hop to their loop with ``loop.call_soon_threadsafe``. It never installs signal h
 
 from __future__ import annotations
 
-import inspect
 import logging
 import multiprocessing
 import os
@@ -62,8 +61,8 @@ class Supervisor:
 
     ``shutdown()`` is idempotent: SIGTERM, up to ``shutdown_grace`` seconds for every child (and
     its descendants) to exit, then SIGKILL of whatever is left of the process tree. It also runs
-    when the supervisor is garbage-collected unclosed, and at interpreter exit. A bound-method
-    ``on_death`` is held weakly, so a callback into the owner does not keep the owner alive.
+    when the supervisor is garbage-collected unclosed, and at interpreter exit; ``on_death`` may
+    refer back to the owner without keeping it alive (the monitor thread holds it weakly).
     """
 
     def __init__(self, on_death: DeathCallback | None = None, *,
@@ -72,12 +71,11 @@ class Supervisor:
             raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
         if on_death is not None and not callable(on_death):
             raise TypeError(f"on_death must be callable, got {type(on_death).__name__}")
-        ref: Callable[[], DeathCallback | None] | None = None
-        if inspect.ismethod(on_death):
-            ref = weakref.WeakMethod(on_death)
-        elif on_death is not None:
-            ref = _strong(on_death)
-        self._state = SupervisorState(ref, shutdown_grace)
+        self._on_death = on_death
+        # The monitor thread reaches the callback only through a weak reference to this object,
+        # so a callback that refers back to the owner does not keep owner and supervisor alive.
+        me = weakref.ref(self)
+        self._state = SupervisorState(lambda: getattr(me(), "_on_death", None), shutdown_grace)
         self._finalizer = weakref.finalize(self, self._state.shutdown, None)
 
     # ---- starting ---------------------------------------------------------------------------
@@ -174,8 +172,4 @@ class Supervisor:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def _strong(callback: DeathCallback) -> Callable[[], DeathCallback]:
-    return lambda: callback
 

@@ -43,7 +43,7 @@ class ChildState:
 
 
 class SupervisorState:
-    def __init__(self, on_death: CallbackRef | None, grace: float) -> None:
+    def __init__(self, on_death: CallbackRef, grace: float) -> None:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.children: dict[str, ChildState] = {}
@@ -137,7 +137,7 @@ class SupervisorState:
             self.cond.notify_all()
         logger.log(logging.WARNING if fire else logging.DEBUG, "child %s (pid %s) exited: %s",
                    child.name, child.process.pid, describe_exitcode(child.exitcode))
-        callback = self._on_death() if (fire and self._on_death) else None
+        callback = self._on_death() if fire else None
         if callback is not None:
             try:
                 callback(child.name, child.exitcode)

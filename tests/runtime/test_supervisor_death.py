@@ -84,10 +84,12 @@ def test_child_ignoring_sigterm_is_killed_with_its_tree_after_the_grace_period()
     assert types == [EventType.STARTUP, EventType.READY]  # it never got to SHUTDOWN
 
 
-def test_unclosed_supervisor_is_shut_down_when_collected():
+@pytest.mark.parametrize("bound", [True, False])
+def test_unclosed_supervisor_is_shut_down_when_collected(bound):
     class Owner:
         def __init__(self) -> None:
-            self.sup = Supervisor(self.on_death)  # bound method: held weakly
+            # A callback into the owner (bound method or closure) must not keep it alive.
+            self.sup = Supervisor(self.on_death if bound else lambda n, c: self.on_death(n, c))
 
         def on_death(self, name: str, code: int | None) -> None:
             pass
