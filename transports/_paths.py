@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import weakref
 
@@ -33,6 +34,17 @@ def check_unix_path(path: str, url: str) -> None:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
             raise AddressError(f"directory {parent!r} of socket path in {url!r} does not exist")
+
+
+def check_not_other_file(path: str, url: str) -> None:
+    """Binding replaces a stale socket file, never anything else that lives at the path."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise AddressError(f"{url!r} names an existing file that is not a socket; "
+                           "refusing to replace it")
 
 
 def private_dir(prefix: str) -> str:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from transports._deadline import Deadline
-from transports._paths import FileCleanup, check_unix_path, private_dir
+from transports._paths import FileCleanup, check_not_other_file, check_unix_path, private_dir
 from transports.errors import AddressError
 
 READER, WRITER = 1, 2
@@ -51,6 +51,8 @@ def parse(address: str | None, *, binding: bool) -> UdsAddress:
     if address.startswith("@"):
         check_unix_path(address, url)
         return UdsAddress(address, None)
+    if not address:
+        raise AddressError(f"empty socket path in {url!r}")
     path = os.path.abspath(address)
     check_unix_path(path, url)
     return UdsAddress(path, None)
@@ -79,6 +81,7 @@ def listen(addr: UdsAddress, backlog: int, owner: object) -> tuple[socket.socket
 
 def _remove_if_stale(path: str, url: str) -> None:
     """A socket file nobody listens on (its owner was SIGKILLed) may be replaced."""
+    check_not_other_file(path, url)
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(path)

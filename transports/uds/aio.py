@@ -16,7 +16,7 @@ from transports._buffers import message_views
 from transports._deadline import Deadline, check_timeout
 from transports._paths import FileCleanup
 from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
-from transports.errors import ChannelClosedError, PeerClosedError, TransportError
+from transports.errors import AddressError, ChannelClosedError, PeerClosedError, TransportError
 from transports.uds import address as A
 from transports.uds.framing import MalformedStreamError, frame_parts
 from transports.uds.outbound import Outbound
@@ -136,8 +136,10 @@ class _AsyncBase(Endpoint):
         try:
             await self._wait_future(fut, deadline, interruptible)
         finally:
-            for fd in fds:
-                remove(fd)
+            # After close() the fds are unregistered and closed; their numbers may be reused.
+            if not self._closed or not interruptible:
+                for fd in fds:
+                    remove(fd)
 
     async def _read_frame(self, peer: Peer, deadline: Deadline) -> Message | None:
         while True:
@@ -319,7 +321,7 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
                     return msg
                 reason = A.refusal(bytes(msg.header))
                 if reason is not None:
-                    self._broken = TransportError(f"{self.address} refused this reader: {reason}")
+                    self._broken = AddressError(f"{self.address} refused this reader: {reason}")
                     raise self._broken
                 self._greeted = True
 

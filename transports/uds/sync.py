@@ -15,7 +15,7 @@ from transports._deadline import Deadline, check_timeout
 from transports._paths import FileCleanup
 from transports._wakeup import Wakeup
 from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
-from transports.errors import ChannelClosedError, PeerClosedError, TransportError
+from transports.errors import AddressError, ChannelClosedError, PeerClosedError, TransportError
 from transports.uds import address as A
 from transports.uds.framing import MalformedStreamError, frame_parts
 from transports.uds.outbound import Outbound
@@ -301,7 +301,7 @@ class UdsSyncReader(_Base, SyncReader):
                     return msg
                 reason = A.refusal(bytes(msg.header))
                 if reason is not None:
-                    self._broken = TransportError(f"{self.address} refused this reader: {reason}")
+                    self._broken = AddressError(f"{self.address} refused this reader: {reason}")
                     raise self._broken
                 self._greeted = True
 

@@ -7,7 +7,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
-from transports._paths import check_unix_path, private_dir
+from transports._paths import check_not_other_file, check_unix_path, private_dir
 from transports.errors import AddressError
 
 
@@ -41,6 +41,8 @@ def parse(address: str | None, *, binding: bool) -> ZmqAddress:
             return ZmqAddress(f"ipc://{rest}")
         path = os.path.abspath(rest) if rest else ""
         check_unix_path(path, url)
+        if binding:
+            check_not_other_file(path, url)  # libzmq would unlink whatever is there
         return ZmqAddress(f"ipc://{path}", None, path if binding else None)
     if wire == "tcp":
         return ZmqAddress(_tcp(rest, url, binding))
