@@ -123,8 +123,6 @@ def run_busy_loop(target: TargetRef, args: bytes, events: Connection, parent_pid
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("run_busy_loop must run in the child's main thread")
     set_process_title(name)
-    sender = EventSender(events, name)
-    sender.send(EventType.STARTUP)
     shutdown = ShutdownSignal()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
@@ -134,6 +132,10 @@ def run_busy_loop(target: TargetRef, args: bytes, events: Connection, parent_pid
     signal.signal(signal.SIGINT, on_signal)
     done = threading.Event()
     start_parent_watch(parent_pid, shutdown, done)
+    sender = EventSender(events, name)
+    # From STARTUP on, SIGTERM means a clean stop (before it, the default action: nothing to
+    # clean up yet).
+    sender.send(EventType.STARTUP)
     ctx = LoopContext(name=name, parent_pid=parent_pid, shutdown=shutdown)
     instance: BusyLoopTarget | None = None
     code = 0

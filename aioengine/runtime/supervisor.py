@@ -143,14 +143,21 @@ class Supervisor:
         with self._state.lock:
             return list(self._state.child(name).events)
 
+    def error(self, name: str) -> Event | None:
+        """The first ERROR event ``name`` sent (exception type, message, child traceback)."""
+        with self._state.lock:
+            return self._state.child(name).error
+
     def check_alive(self) -> None:
-        """Raise ``EngineDeadError`` naming the first child that has died."""
+        """Raise ``EngineDeadError`` naming the first child that has died (and its error)."""
         with self._state.lock:
             for child in self._state.children.values():
                 if child.dead:
+                    why = describe_exitcode(child.exitcode)
+                    if child.error is not None:
+                        why += f" after {child.error.exc_type}: {child.error.message}"
                     raise EngineDeadError(
-                        f"child process {child.name!r} (pid {child.process.pid}) died: "
-                        f"{describe_exitcode(child.exitcode)}",
+                        f"child process {child.name!r} (pid {child.process.pid}) died: {why}",
                         process=child.name, exitcode=child.exitcode)
 
     # ---- stopping ---------------------------------------------------------------------------

@@ -78,6 +78,12 @@ class SupervisorState:
 
     # ---- monitor thread ---------------------------------------------------------------------
     def _run_monitor(self) -> None:
+        try:
+            self._monitor_loop()
+        except Exception:  # a bug here would silently end death detection: make it loud
+            logger.exception("supervisor monitor thread failed; child deaths go unnoticed")
+
+    def _monitor_loop(self) -> None:
         while True:
             with self.lock:
                 if self.stopping:

@@ -82,6 +82,16 @@ def failing_init(raw: bytes) -> FailingInit:
     return FailingInit(_args(raw))
 
 
+class FailingStep(Idle):
+    def step(self, ctx: LoopContext) -> None:
+        ctx.wait(0.2)
+        raise RuntimeError("step exploded")
+
+
+def failing_step(raw: bytes) -> FailingStep:
+    return FailingStep(_args(raw))
+
+
 class ExitInInit(Idle):
     def init(self, ctx: LoopContext) -> dict[str, Any]:
         os._exit(3)

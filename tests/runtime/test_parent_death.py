@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,6 +15,8 @@ import pytest
 from aioengine.runtime import ChildSpec, EventType, Supervisor
 from aioengine.runtime.process_tree import wait_gone
 from tests.runtime.targets import encode_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.timeout(90)
@@ -52,3 +57,21 @@ def test_child_outlives_the_parent_thread_that_started_it():
             EventType.STARTUP, EventType.READY]
     finally:
         sup.shutdown()
+
+
+@pytest.mark.timeout(90)
+def test_host_exiting_without_shutdown_stops_its_children(tmp_path):
+    marker = tmp_path / "cleaned"
+    code = ("from aioengine.runtime import ChildSpec, Supervisor\n"
+            "from tests.runtime.targets import encode_args\n"
+            "sup = Supervisor()\n"
+            "ready = sup.start([ChildSpec('aioengine-test-x', 'tests.runtime.targets:idle', "
+            f"encode_args(marker={str(marker)!r}))], timeout=60)\n"
+            "print(ready['aioengine-test-x']['pid'], flush=True)\n")  # exits without shutdown
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    host = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert host.returncode == 0, host.stderr
+    pid = int(host.stdout)
+    assert marker.read_text() == f"cleaned {pid}"  # a clean SIGTERM stop, not a hard kill
+    assert wait_gone([psutil.Process(pid)] if psutil.pid_exists(pid) else [], 5) == []

@@ -14,6 +14,7 @@ import pytest
 
 from aioengine.runtime import ChildSpec, EngineDeadError, EventType, Supervisor
 from aioengine.runtime.process_tree import wait_gone
+from tests.runtime.targets import encode_args
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,6 +68,25 @@ def test_sigterm_to_one_child_reports_clean_exit_and_callback_may_shut_down():
     assert [e.type for e in sup.events("aioengine-test-a")][-2:] == [EventType.SHUTDOWN,
                                                                      EventType.DEAD]
     assert sup.exitcode("aioengine-test-b") == 0
+
+
+def test_error_after_ready_reaches_callback_error_and_check_alive(tmp_path):
+    marker = tmp_path / "cleaned"
+    died = threading.Event()
+    deaths: list[tuple[str, int | None]] = []
+    with Supervisor(lambda n, c: (deaths.append((n, c)), died.set())) as sup:
+        sup.start([ChildSpec("aioengine-test-crash", "tests.runtime.targets:failing_step",
+                             encode_args(marker=str(marker)))], timeout=60)
+        assert died.wait(20)
+        assert deaths == [("aioengine-test-crash", 1)]
+        error = sup.error("aioengine-test-crash")
+        assert error is not None and error.message == "step exploded"
+        assert "targets.py" in error.traceback and "in step" in error.traceback
+        with pytest.raises(EngineDeadError, match=r"exit code 1 after RuntimeError: step explo"):
+            sup.check_alive()
+    assert [e.type for e in sup.events("aioengine-test-crash")] == [
+        EventType.STARTUP, EventType.READY, EventType.ERROR, EventType.SHUTDOWN, EventType.DEAD]
+    assert marker.read_text().startswith("cleaned")
 
 
 def test_child_ignoring_sigterm_is_killed_with_its_tree_after_the_grace_period():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import psutil
 import pytest
@@ -91,7 +92,19 @@ def test_ready_timeout_is_an_error_and_start_cleans_up():
                                                  r"READY within 0.5 s"):
         sup.start([ChildSpec("aioengine-test-slow", "tests.runtime.targets:slow_init")],
                   timeout=0.5)
-    assert sup.exitcode("aioengine-test-slow") == 0  # SIGTERM woke its init; clean exit
+    assert sup.exitcode("aioengine-test-slow") is not None  # stopped, however far it got
+
+
+def test_sigterm_after_startup_interrupts_a_slow_init_cleanly():
+    with Supervisor() as sup:
+        sup.spawn(ChildSpec("aioengine-test-slow", "tests.runtime.targets:slow_init"))
+        deadline = time.monotonic() + 60
+        while not sup.events("aioengine-test-slow") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sup.events("aioengine-test-slow")[0].type is EventType.STARTUP
+        with pytest.raises(EngineStartupError, match=r"did not report READY within 0\.3 s"):
+            sup.wait_ready(0.3)
+    assert sup.exitcode("aioengine-test-slow") == 0  # its handler woke init's wait
 
 
 @pytest.mark.parametrize("kwargs, error, needle", [
