@@ -1,0 +1,185 @@
+"""ModelRunner: the model, its paged KV cache and the per-request sampling state of one rank.
+
+``execute(StepInput) -> StepResult`` is the decode hot path: it registers new sequences, drops
+finished ones, turns the step's chunks into one flat varlen batch, runs the forward, computes
+logits only for the chunks that sample, and samples. Every rank runs the forward (tensor
+parallel layers meet in collectives); only the driver (rank 0) samples and reports tokens.
+
+Use::
+
+    runner = ModelRunner(config, rank=0, world_size=1)
+    runner.allocate_kv_cache(runner.plan_kv_blocks())   # or a block count from the engine
+    result = runner.execute(step_input)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from aioengine.config import EngineConfig
+from aioengine.hub import read_model_info, resolve_model
+from aioengine.messages.sampling_params import SamplingParams
+from aioengine.messages.worker_io import SampledToken, StepInput, StepResult
+from aioengine.worker.attention import build_attention_metadata
+from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, max_context_len
+from aioengine.worker.kv_cache import allocate_kv_cache
+from aioengine.worker.loader import load_model
+from aioengine.worker.sampler import Sampler
+from aioengine.worker.sampler_state import SequenceState
+
+logger = logging.getLogger(__name__)
+
+
+class StepInputError(ValueError):
+    """A ``StepInput`` that does not fit this worker's state (an engine-side bug): unknown or
+    duplicate request ids, block ids past the cache, token ids past the vocabulary."""
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, *, rank: int = 0, world_size: int = 1) -> None:
+        """Load the model for ``rank`` of ``world_size`` (torch.distributed must already be
+        initialised when ``world_size > 1``). The KV cache comes later: ``allocate_kv_cache``."""
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        resolved = resolve_model(config.model, config.tokenizer)
+        self.model, self.hf_config = load_model(
+            resolved, dtype=config.dtype, device=config.device, load_format=config.load_format,
+            tp_rank=rank, tp_size=world_size, seed=config.seed)
+        self.spec = self.model.spec
+        self.device = self.model.device
+        self.dtype = self.model.dtype
+        self.max_model_len = max_context_len(config, self.spec)
+        self.eos_token_ids = tuple(read_model_info(resolved.model_path).eos_token_ids)
+        self.sampler = Sampler(self.spec.vocab_size, seed=config.seed)
+        self.states: dict[str, SequenceState] = {}
+        self.kv_caches: list[torch.Tensor] = []
+        self.num_kv_blocks = 0
+        self.memory_profile: MemoryProfile | None = None
+
+    @property
+    def is_driver(self) -> bool:
+        return self.rank == 0
+
+    # ---- capacity ----------------------------------------------------------------------------
+    def plan_kv_blocks(self) -> int:
+        """Blocks this rank can hold under the config (see ``aioengine.worker.capacity``)."""
+        blocks, profile = determine_num_kv_blocks(
+            self.config, self.spec, self.dtype, self.device, self.world_size,
+            profile_forward=self._profile_forward)
+        self.memory_profile = profile
+        return blocks
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        self.kv_caches = []  # free the old cache before allocating the new one
+        self.kv_caches = allocate_kv_cache(self.spec, num_blocks, self.config.block_size,
+                                           self.dtype, self.device, self.world_size)
+        self.num_kv_blocks = num_blocks
+        logger.info("rank %d: KV cache of %d blocks x %d tokens on %s", self.rank, num_blocks,
+                    self.config.block_size, self.device)
+
+    def _profile_forward(self) -> None:
+        """The largest step the engine may schedule: ``max_num_batched_tokens`` prompt tokens
+        in sequences of at most ``max_model_len``, logits for up to ``max_num_seqs`` rows."""
+        cfg = self.config
+        total = cfg.max_num_batched_tokens
+        lens = [min(self.max_model_len, total - s) for s in range(0, total, self.max_model_len)]
+        blocks = [-(-n // cfg.block_size) for n in lens]
+        caches = allocate_kv_cache(self.spec, sum(blocks), cfg.block_size, self.dtype,
+                                   self.device, self.world_size)
+        chunks, first = [], 0
+        for n, b in zip(lens, blocks, strict=True):
+            chunks.append((0, n, list(range(first, first + b))))
+            first += b
+        with torch.inference_mode():
+            meta = build_attention_metadata(chunks, cfg.block_size, self.device)
+            ids = torch.zeros(total, dtype=torch.long, device=self.device)
+            hidden = self.model(ids, meta.positions, meta, caches)
+            rows = min(cfg.max_num_seqs, total)
+            logits = self.model.compute_logits(hidden[:rows])
+            if self.is_driver:
+                state = SequenceState.create("profile", SamplingParams(top_p=0.9), [0], [], ())
+                self.sampler.sample(logits, [state] * rows)
+        del caches, hidden, logits
+
+    # ---- stepping ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def execute(self, step: StepInput) -> StepResult:
+        states = self.states
+        for rid in step.finished_ids:
+            states.pop(rid, None)
+        for seq in step.new_sequences:
+            if seq.request_id in states:
+                raise StepInputError(f"step {step.step_id}: request {seq.request_id!r} is "
+                                     "already registered (a re-entering request must be in "
+                                     "finished_ids first)")
+            states[seq.request_id] = SequenceState.create(
+                seq.request_id, seq.params, seq.prompt_token_ids, seq.output_token_ids,
+                self.eos_token_ids)
+        chunks = step.chunks
+        if not chunks:
+            return StepResult(step.step_id, [])
+        if not self.kv_caches:
+            raise RuntimeError("execute() before allocate_kv_cache()")
+
+        input_ids: list[int] = []
+        layout: list[tuple[int, int, list[int]]] = []
+        sample_rows: list[int] = []
+        sample_states: list[SequenceState] = []
+        max_block = 0
+        for i, c in enumerate(chunks):
+            input_ids += c.token_ids
+            layout.append((c.start_pos, len(c.token_ids), c.block_table))
+            if c.block_table:
+                max_block = max(max_block, max(c.block_table))
+            if c.sample:
+                state = states.get(c.request_id)
+                if state is None:
+                    raise StepInputError(f"step {step.step_id}: chunk for unknown request "
+                                         f"{c.request_id!r} (never sent as a new sequence, "
+                                         "or already finished)")
+                sample_rows.append(i)
+                sample_states.append(state)
+        self._check_ids(step.step_id, input_ids, max_block)
+
+        meta = build_attention_metadata(layout, self.config.block_size, self.device)
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
+        hidden = self.model(ids, meta.positions, meta, self.kv_caches)
+        if not sample_rows:
+            return StepResult(step.step_id, [])
+        last = meta.last_token_index
+        rows = last if len(sample_rows) == len(chunks) else last[sample_rows]
+        logits = self.model.compute_logits(hidden.index_select(0, rows))
+        if not self.is_driver:
+            return StepResult(step.step_id, [])
+        out = self.sampler.sample(logits, sample_states)
+        sampled = []
+        for state, token, logprob in zip(sample_states, out.token_ids, out.logprobs,
+                                         strict=True):
+            state.output_token_ids.append(token)
+            sampled.append(SampledToken(state.request_id, token, logprob))
+        return StepResult(step.step_id, sampled)
+
+    def _check_ids(self, step_id: int, input_ids: list[int], max_block: int) -> None:
+        """Out-of-range ids would be an index error deep in the forward on CPU and a device-side
+        assert (a dead CUDA context) on GPU: reject them here, naming the culprit."""
+        if max_block >= self.num_kv_blocks:
+            raise StepInputError(f"step {step_id}: block id {max_block} is outside the KV cache "
+                                 f"of {self.num_kv_blocks} blocks")
+        vocab = self.spec.vocab_size
+        if not input_ids:
+            raise StepInputError(f"step {step_id}: a chunk has no tokens")
+        low, high = min(input_ids), max(input_ids)
+        if low < 0 or high >= vocab:
+            bad = low if low < 0 else high
+            raise StepInputError(f"step {step_id}: token id {bad} is outside the vocabulary "
+                                 f"[0, {vocab})")
+
+    def release(self) -> None:
+        """Drop the KV cache, the model and every request's state."""
+        self.states.clear()
+        self.kv_caches = []
+        self.num_kv_blocks = 0
+        del self.model
