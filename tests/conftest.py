@@ -33,8 +33,9 @@ def aioengine_cache() -> str:
 def _check(snapshot: LeakSnapshot, what: str) -> None:
     problems = snapshot.finish()
     if problems:
-        pytest.fail(f"{what} leaked (now cleaned up):\n  " + "\n  ".join(problems),
-                    pytrace=False)
+        pytest.fail(f"{what} leaked (now cleaned up):\n  " + "\n  ".join(problems)
+                    + "\n(on a machine shared with other test runs, an unheld file of theirs "
+                    "can show up here too)", pytrace=False)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -59,7 +59,10 @@ def _tmp_dirs() -> list[str]:
 def _listing(ignore: set[str]) -> set[str]:
     entries = set()
     with contextlib.suppress(OSError):
-        entries |= {os.path.join(SHM_DIR, n) for n in os.listdir(SHM_DIR)}
+        # Not "sem.*": multiprocessing's named semaphores (spawn-context locks and queues) live
+        # there briefly and its resource tracker unlinks any left over.
+        entries |= {os.path.join(SHM_DIR, n) for n in os.listdir(SHM_DIR)
+                    if not n.startswith("sem.")}
     for tmp in _tmp_dirs():
         with contextlib.suppress(OSError):
             entries |= {os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith("aioengine-")}
