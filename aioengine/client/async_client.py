@@ -154,6 +154,15 @@ class AsyncMPClient:
         assert self._engine is not None
         return self._engine.ready
 
+    @property
+    def process_ids(self) -> dict[str, int]:
+        """Pids of the processes this client started directly (the engine, and the
+        detokenizer with ``detokenize_in="process"``); workers are the engine's children."""
+        self._check_started()
+        assert self._engine is not None
+        sup = self._engine.supervisor
+        return {name: sup.pid(name) for name in sup.names}
+
     def _check_started(self) -> None:
         if self._engine is None:
             raise RuntimeError("the client is not started: use 'async with AsyncMPClient(...)' "

@@ -66,9 +66,10 @@ class EngineProcess:
         return self.resolved.tokenizer_path
 
     async def close(self) -> None:
-        """Stop the processes (in a thread: it joins them), then release our channels."""
-        await asyncio.to_thread(self.supervisor.shutdown)
+        """Close our channels first (the engine sees its peer go and leaves its loop at once),
+        then stop the processes (in a thread: it joins them)."""
         close_quietly(self.requests, self.outputs)
+        await asyncio.to_thread(self.supervisor.shutdown)
 
     def close_sync(self) -> None:
         """For a ``weakref.finalize`` when the owner forgot to shut down."""

@@ -1,0 +1,172 @@
+"""AsyncMPClient end to end on every transport: concurrent streams, cancellation, aborts, stop
+strings, chat, and input errors raised before anything is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from aioengine import LLM, AsyncMPClient, RequestOutput, SamplingParams, SyncMPClient
+from tests.client.conftest import tiny_config
+
+N_STREAMS = 200
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+
+
+def prompts(n: int) -> list[str]:
+    words = ["fox", "forest", "river", "stone", "light", "über", "森", "🦊", "night", "song"]
+    return [f"Story {i}: the {words[i % 10]} and the {words[(i * 7) % 10]}" + " again" * (i % 5)
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[RequestOutput]:
+    """Greedy outputs from the blocking LLM API (its own engine), the oracle for the streams."""
+    with LLM(tiny_config("uds")) as llm:
+        return llm.generate(prompts(N_STREAMS), GREEDY, use_tqdm=False)
+
+
+async def collect(client: AsyncMPClient, prompt: str, params: SamplingParams
+                  ) -> tuple[list[RequestOutput], str]:
+    outs, text = [], ""
+    async for out in client.generate(prompt, params):
+        outs.append(out)
+        text += out.delta_text
+    return outs, text
+
+
+async def settle(client: AsyncMPClient, timeout: float = 10.0) -> object:
+    """Stats once nothing runs or waits (aborts travel asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = await client.get_stats()
+        if (stats.num_running, stats.num_waiting) == (0, 0) or time.monotonic() > deadline:
+            return stats
+        await asyncio.sleep(0.05)
+
+
+def test_concurrent_streams_match_llm(mp_client: SyncMPClient,
+                                      reference: list[RequestOutput]) -> None:
+    async def run() -> list[tuple[list[RequestOutput], str]]:
+        client = mp_client.async_client
+        return await asyncio.gather(*(collect(client, p, GREEDY) for p in prompts(N_STREAMS)))
+
+    results = mp_client.call_async(run)
+    for (outs, text), ref in zip(results, reference, strict=True):
+        final = outs[-1]
+        assert final.finished and final.finish_reason == "length"
+        assert final.token_ids == ref.token_ids and len(final.token_ids) == 8
+        assert text == final.text == ref.text
+        assert [t for o in outs for t in o.delta_token_ids] == final.token_ids
+        assert final.metrics.time_to_first_token is not None
+        assert final.prompt_token_ids == ref.prompt_token_ids
+
+
+def test_cancel_half_frees_everything(mp_client: SyncMPClient) -> None:
+    async def run() -> object:
+        client = mp_client.async_client
+        params = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
+        started = [asyncio.Event() for _ in range(40)]
+
+        async def consume(i: int) -> None:
+            async for _ in client.generate(prompts(40)[i], params):
+                started[i].set()
+
+        tasks = [asyncio.create_task(consume(i)) for i in range(40)]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started[::2])), 60)
+        for t in tasks[::2]:
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(isinstance(r, asyncio.CancelledError) for r in results[::2])
+        assert all(r is None for r in results[1::2])
+        return await settle(client)
+
+    stats = mp_client.call_async(run)
+    assert (stats.num_running, stats.num_waiting, stats.kv_blocks_used) == (0, 0, 0)
+
+
+def test_break_and_abort(mp_client: SyncMPClient) -> None:
+    async def run() -> tuple[RequestOutput, object]:
+        client = mp_client.async_client
+        params = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+        async for _ in client.generate("break out early", params):
+            break  # the generator's cleanup aborts the request
+        last = None
+        async for out in client.generate("abort me", params, request_id="to-abort"):
+            last = out
+            if not out.finished:
+                await client.abort("to-abort")
+        return last, await settle(client)
+
+    last, stats = mp_client.call_async(run)
+    assert last.finished and last.finish_reason == "abort"
+    assert (stats.num_running, stats.num_waiting, stats.kv_blocks_used) == (0, 0, 0)
+
+
+def test_stop_string_cuts_text_and_stops_engine(mp_client: SyncMPClient) -> None:
+    async def run() -> tuple[str, RequestOutput, str, object]:
+        client = mp_client.async_client
+        params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+        _, full = await collect(client, "The stop string test", params)
+        stop = full[len(full) // 2:len(full) // 2 + 3]
+        params.stop = [stop]
+        params.max_tokens = 200
+        outs, text = await collect(client, "The stop string test", params)
+        return full, outs[-1], text, await settle(client)
+
+    full, final, text, stats = mp_client.call_async(run)
+    stop = final.stop_reason
+    assert final.finish_reason == "stop" and isinstance(stop, str) and stop
+    assert text == final.text == full[:full.index(stop)]
+    assert len(final.token_ids) < 200  # the engine was told to stop
+    assert (stats.num_running, stats.num_waiting) == (0, 0)
+
+
+def test_chat(mp_client: SyncMPClient) -> None:
+    messages = [{"role": "user", "content": "Tell me a story about a fox."}]
+
+    async def run() -> list[RequestOutput]:
+        return [o async for o in mp_client.async_client.chat(messages, GREEDY)]
+
+    outs = mp_client.call_async(run)
+    tok = mp_client.tokenizer
+    expected = tok.encode(tok.apply_chat_template(messages), add_special_tokens=False)
+    assert outs[-1].prompt_token_ids == expected
+    assert outs[-1].finished and len(outs[-1].token_ids) == 8
+
+
+def test_bad_inputs_raise_before_sending(mp_client: SyncMPClient) -> None:
+    async def run() -> tuple[list[str], object, object]:
+        client = mp_client.async_client
+        before = await settle(client)
+        errors = []
+        too_long = [5] * (client.max_model_len + 1)
+        hold = SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
+        running = client.generate("hold the id", hold, request_id="dup")
+        await running.__anext__()
+        bad_params = SamplingParams()
+        bad_params.temperature = -1.0
+        cases = [("hi", SamplingParams(max_tokens=4), {"request_id": "dup"}),
+                 (too_long, None, {}), ("hi", bad_params, {}), ("", None, {}),
+                 ([1, 2, 10**9], None, {}), ("hi", None, {"priority": "high"})]
+        for prompt, params, kw in cases:
+            with pytest.raises(ValueError) as info:
+                async for _ in client.generate(prompt, params, **kw):
+                    pass
+            errors.append(str(info.value))
+        await running.aclose()
+        after = await settle(client)
+        return errors, before, after
+
+    errors, before, after = mp_client.call_async(run)
+    assert "already in use" in errors[0]
+    assert "max_model_len" in errors[1]
+    assert "temperature" in errors[2]
+    assert "empty" in errors[3]
+    assert "position 2" in errors[4]
+    assert "priority" in errors[5]
+    # Only the one valid request reached the engine.
+    added = after.prompt_tokens_total - before.prompt_tokens_total
+    assert added == len(mp_client.tokenizer.encode("hold the id"))
