@@ -1,27 +1,48 @@
-"""Project-wide test set-up: a shared model cache, and a leak check around every test.
+"""Project-wide test set-up: a shared model cache, and leak checks.
 
-Every test (and every test module, for module-scoped fixtures) fails if it leaves a child
-process, a new /dev/shm entry or a new ``aioengine-*`` entry in the temp dir behind; leftovers
-are killed/removed after being reported. See tests/runtime/leaks.py.
+Every test, every test module (its module-scoped fixtures) and the session fail if they leave a
+child process, a new /dev/shm entry or a new ``aioengine-*`` entry in the temp dir behind;
+leftovers are killed/removed after being reported. Processes started by session- or
+package-scoped fixtures are theirs until the session ends. See tests/runtime/leaks.py.
 """
 
 from __future__ import annotations
 
 import os
 
+import psutil
 import pytest
 
-from tests.runtime.leaks import LeakSnapshot
+from tests.runtime.leaks import LeakSnapshot, children
 
 pytest_plugins = ["pytester"]
 
 TEST_CACHE = "/tmp/aioengine-test-cache"
+_LONG_LIVED = pytest.StashKey[set[psutil.Process]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini("leak_grace", "seconds a test's child processes get to exit before they count "
+                  "as leaked", default="3.0")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # Before anything spawns: children inherit it. Built-in models are written here once and
     # reused across the session (and later sessions).
     os.environ.setdefault("AIOENGINE_CACHE", TEST_CACHE)
+    config.stash[_LONG_LIVED] = set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+    """Remember the processes a session/package-scoped fixture starts: they may outlive the
+    module that first used the fixture."""
+    if fixturedef.scope not in ("session", "package"):
+        yield
+        return
+    before = children()
+    yield
+    request.config.stash[_LONG_LIVED] |= children() - before
 
 
 @pytest.fixture(scope="session")
@@ -30,23 +51,28 @@ def aioengine_cache() -> str:
     return os.environ["AIOENGINE_CACHE"]
 
 
-def _check(snapshot: LeakSnapshot, what: str) -> None:
-    problems = snapshot.finish()
+def _guard(request: pytest.FixtureRequest, what: str, *, session: bool = False):
+    snapshot = LeakSnapshot(ignore={os.environ["AIOENGINE_CACHE"]})
+    yield
+    exclude = () if session else request.config.stash[_LONG_LIVED]
+    grace = float(request.config.getini("leak_grace"))
+    problems = snapshot.finish(grace, exclude=exclude)
     if problems:
         pytest.fail(f"{what} leaked (now cleaned up):\n  " + "\n  ".join(problems)
                     + "\n(on a machine shared with other test runs, an unheld file of theirs "
                     "can show up here too)", pytrace=False)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_leaks_per_session(request: pytest.FixtureRequest):
+    yield from _guard(request, "the test session (its session fixtures)", session=True)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _no_leaks_per_module(request: pytest.FixtureRequest):
-    snapshot = LeakSnapshot(ignore={os.environ["AIOENGINE_CACHE"]})
-    yield
-    _check(snapshot, f"module {request.module.__name__} (its fixtures)")
+    yield from _guard(request, f"module {request.module.__name__} (its module fixtures)")
 
 
 @pytest.fixture(autouse=True)
 def _no_leaks(request: pytest.FixtureRequest):
-    snapshot = LeakSnapshot(ignore={os.environ["AIOENGINE_CACHE"]})
-    yield
-    _check(snapshot, request.node.nodeid)
+    yield from _guard(request, request.node.nodeid)

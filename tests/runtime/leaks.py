@@ -24,7 +24,7 @@ ALLOWED_CHILD_CMDLINES = ("multiprocessing.resource_tracker", "multiprocessing.f
                           "torch._inductor.compile_worker")
 
 
-def _children() -> set[psutil.Process]:
+def children() -> set[psutil.Process]:
     try:
         return set(psutil.Process().children(recursive=True))
     except psutil.Error:
@@ -106,13 +106,16 @@ def _held_by_others(paths: set[str], ours: set[int]) -> set[str]:
 class LeakSnapshot:
     def __init__(self, ignore: Iterable[str] = ()) -> None:
         self.ignore = set(ignore)
-        self.children = _children()
+        self.children = children()
         self.entries = _listing(self.ignore)
 
-    def finish(self, grace: float = 3.0) -> list[str]:
-        """Wait up to ``grace`` s for new children to exit, then report and remove leftovers."""
+    def finish(self, grace: float = 3.0,
+               exclude: Iterable[psutil.Process] = ()) -> list[str]:
+        """Wait up to ``grace`` s for new children (other than ``exclude``) to exit, then report
+        and remove leftovers."""
         deadline = time.monotonic() + grace
-        while (new := _alive_unexpected(_children() - self.children)) \
+        known = self.children | set(exclude)
+        while (new := _alive_unexpected(children() - known)) \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
         problems = [f"child process left running: {_describe(p)}" for p in new]
@@ -122,7 +125,7 @@ class LeakSnapshot:
         psutil.wait_procs(new, timeout=3)
         fresh = _listing(self.ignore) - self.entries
         if fresh:
-            ours = {os.getpid()} | {p.pid for p in _children()}
+            ours = {os.getpid()} | {p.pid for p in children()}
             fresh -= _held_by_others(fresh, ours)
         for path in sorted(fresh):
             problems.append(f"left behind: {path}")

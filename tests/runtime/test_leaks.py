@@ -60,10 +60,27 @@ def test_entries_held_by_processes_outside_the_test_are_not_ours():
             os.unlink(path)
 
 
-def test_the_autouse_fixture_fails_a_leaking_test(pytester):
+def test_the_autouse_fixtures_fail_leaks_but_not_long_lived_fixtures(pytester):
     with open(CONFTEST) as f:
-        pytester.makeconftest(f.read())
-    pytester.makepyfile(test_inner="""
+        pytester.makeconftest(f.read() + """
+
+import subprocess, sys
+
+def _sleeper():
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+@pytest.fixture(scope="session")
+def shared():  # first used by a later test of test_a, still alive during test_b
+    proc = _sleeper()
+    yield proc
+    proc.kill()
+    proc.wait()
+
+@pytest.fixture(scope="module")
+def forgotten():  # never stopped
+    return _sleeper()
+""")
+    pytester.makepyfile(test_a="""
         import subprocess, sys
 
         def test_leaky():
@@ -71,8 +88,21 @@ def test_the_autouse_fixture_fails_a_leaking_test(pytester):
 
         def test_clean():
             subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+        def test_uses_shared(shared):
+            assert shared.poll() is None
+    """, test_b="""
+        def test_uses_shared_again(shared):
+            assert shared.poll() is None
+
+        def test_uses_forgotten(forgotten):
+            assert forgotten.poll() is None
     """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, errors=1)
-    result.stdout.fnmatch_lines(["*test_leaky*leaked (now cleaned up)*",
+    result = pytester.runpytest("-p", "no:cacheprovider", "-o", "leak_grace=0.3")
+    result.assert_outcomes(passed=5, errors=2)
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_leaky*",
+                                 "*test_a.py::test_leaky leaked (now cleaned up)*",
                                  "*child process left running: pid *"])
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_uses_forgotten*",
+                                 "*module test_b (its module fixtures) leaked*"])
+    assert "the test session" not in result.stdout.str()  # the shared fixture is no leak
