@@ -74,6 +74,7 @@ class WorkerError(msgspec.Struct, tag="error"):
     exc_type: str
     message: str
     traceback: str
+    fatal: bool = True  # False: the frame was rejected (malformed, unknown call); worker lives on
 
 
 WorkerOutbound = Union[StepResult, WorkerCallResult, WorkerError]

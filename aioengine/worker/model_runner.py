@@ -38,16 +38,18 @@ class StepInputError(ValueError):
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, *, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, config: EngineConfig, *, rank: int = 0, world_size: int = 1,
+                 device: str | None = None) -> None:
         """Load the model for ``rank`` of ``world_size`` (torch.distributed must already be
-        initialised when ``world_size > 1``). The KV cache comes later: ``allocate_kv_cache``."""
+        initialised when ``world_size > 1``) on ``device`` (default ``config.device``; a worker
+        passes ``cuda:N`` for its GPU). The KV cache comes later: ``allocate_kv_cache``."""
         self.config = config
         self.rank = rank
         self.world_size = world_size
         resolved = resolve_model(config.model, config.tokenizer)
         self.model, self.hf_config = load_model(
-            resolved, dtype=config.dtype, device=config.device, load_format=config.load_format,
-            tp_rank=rank, tp_size=world_size, seed=config.seed)
+            resolved, dtype=config.dtype, device=device or config.device,
+            load_format=config.load_format, tp_rank=rank, tp_size=world_size, seed=config.seed)
         self.spec = self.model.spec
         self.device = self.model.device
         self.dtype = self.model.dtype
