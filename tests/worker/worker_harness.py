@@ -21,7 +21,7 @@ from aioengine.messages.worker_io import (
 from aioengine.runtime import ChildSpec, Supervisor
 from aioengine.worker.parallel.distributed import default_init_addr
 from aioengine.worker.worker_proc import TARGET, WorkerLaunch
-from transports import open_broadcast_writer, open_reader
+from transports import PeerClosedError, open_broadcast_writer, open_reader
 
 REPLY_TIMEOUT = 120.0  # generous: a loaded 2-core box
 
@@ -58,6 +58,7 @@ class WorkerHarness:
             self.close()
             raise
         self._call_id = 0
+        self.gone: set[int] = set()  # ranks whose result channel closed
 
     def _on_death(self, name: str, exitcode: int | None) -> None:
         self.deaths.append((name, exitcode))
@@ -72,17 +73,25 @@ class WorkerHarness:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for rank in range(1, self.world):
+                if rank in self.gone:
+                    continue
                 try:
                     msg = self._dec.decode(self.results[rank].recv(timeout=0.001).header)
                 except TimeoutError:
+                    continue
+                except PeerClosedError:
+                    self.gone.add(rank)  # its death is reported by the supervisor
                     continue
                 assert isinstance(msg, WorkerError), f"rank {rank} answered {msg!r}"
                 raise WorkerFailed(msg)
             try:
                 msg = self._dec.decode(self.results[0].recv(timeout=0.05).header)
+            except PeerClosedError:
+                raise WorkerDied(f"rank 0 closed its result channel; deaths: {self.deaths}") \
+                    from None
             except TimeoutError:
-                if self.died.is_set():
-                    raise WorkerDied(f"worker died: {self.deaths}") from None
+                if any(name.endswith("tp0") for name, _ in self.deaths):
+                    raise WorkerDied(f"rank 0 died: {self.deaths}") from None
                 continue
             if isinstance(msg, WorkerError):
                 raise WorkerFailed(msg)
