@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_two_clients_uvloop_no_torch_in_host() -> None:
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    proc = subprocess.run([sys.executable, SCRIPT, "shm", "process", "zmq", "engine"],
+    proc = subprocess.run([sys.executable, SCRIPT, "zmq", "engine", "shm", "process"],
                           capture_output=True, text=True, timeout=400, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -28,6 +28,9 @@ def test_two_clients_uvloop_no_torch_in_host() -> None:
     assert result["torch"] is False
     assert result["loop"].startswith("uvloop")
     assert result["signal_handlers_added"] == 0
+    assert result["shut_down_alive"] == []
+    assert len(result["forgotten_pids"]) == 2  # engine + detokenizer, never shut down...
+    assert result["forgotten_alive"] == []  # ...yet stopped by the client's finalizer
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
 
     tok = Tokenizer.from_dir(resolve_model("tiny").tokenizer_path)

@@ -67,7 +67,7 @@ def test_concurrent_streams_match_llm(mp_client: SyncMPClient,
 def test_cancel_half_frees_everything(mp_client: SyncMPClient) -> None:
     async def run() -> object:
         client = mp_client.async_client
-        params = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True)
+        params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
         started = [asyncio.Event() for _ in range(40)]
 
         async def consume(i: int) -> None:
