@@ -1,0 +1,131 @@
+"""``create_app(client)``: the OpenAI-compatible HTTP API over one ``AsyncMPClient``, as an
+``aiohttp.web.Application`` that runs alone or mounts inside a host's own aiohttp service::
+
+    host = web.Application()
+    host.add_subapp("/llm", create_app(client))   # -> POST /llm/v1/chat/completions
+
+The app never starts or stops the client: whoever owns the client owns its lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from aioengine import EngineDeadError
+from aioengine.server.disconnect import DisconnectWatcher
+from aioengine.server.errors import ApiError, error_middleware
+from aioengine.server.generate import GenerateHandlers
+from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    model_name: str | None = None
+    """The name clients send as ``model``; defaults to the engine's ``config.model``."""
+    max_request_bytes: int = 4 << 20
+    """Bodies over this get a 413."""
+    default_max_tokens: int | None = None
+    """Chat completions without ``max_tokens``: this many, or up to the context length."""
+    health_timeout: float = 5.0
+    """Seconds ``/health`` and ``/metrics`` wait for the engine to answer."""
+    disconnect_poll_interval: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.model_name is not None and not self.model_name:
+            raise ValueError("model_name must be a non-empty string or None")
+        for name in ("max_request_bytes", "default_max_tokens"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("health_timeout", "disconnect_poll_interval"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+
+
+def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
+    """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
+    ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``."""
+    settings = settings or ServerSettings()
+    config = client.config
+    model = settings.model_name or config.model
+    max_model_len = client.max_model_len
+    metrics = ServerMetrics(model)
+    watcher = DisconnectWatcher(settings.disconnect_poll_interval)
+    tokenizer = client.tokenizer
+
+    def token_text(token_id: int) -> str:
+        return tokenizer.decode([token_id], skip_special_tokens=False)
+
+    gen = GenerateHandlers(
+        client, model_name=model, max_request_bytes=settings.max_request_bytes,
+        default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
+        watcher=watcher, token_text=token_text)
+    info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
+
+    app = web.Application(middlewares=[error_middleware],
+                          client_max_size=settings.max_request_bytes)
+    app.router.add_post("/v1/chat/completions", gen.chat)
+    app.router.add_post("/v1/completions", gen.completions)
+    app.router.add_get("/v1/models", info.models)
+    app.router.add_get("/health", info.health)
+    app.router.add_get("/metrics", info.metrics)
+
+    async def close_watcher(_: web.Application) -> None:
+        await watcher.close()
+
+    app.on_cleanup.append(close_watcher)
+    return app
+
+
+class _Info:
+    """The read-only endpoints."""
+
+    def __init__(self, client: Any, model: str, max_model_len: int, metrics: ServerMetrics,
+                 timeout: float) -> None:
+        self._client = client
+        self._model = model
+        self._max_model_len = max_model_len
+        self._metrics = metrics
+        self._timeout = timeout
+        self._created = int(time.time())
+
+    async def models(self, request: web.Request) -> web.Response:
+        card = {"id": self._model, "object": "model", "created": self._created,
+                "owned_by": "aioengine", "root": self._client.config.model,
+                "max_model_len": self._max_model_len}
+        return _json({"object": "list", "data": [card]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        await self._ask("check_health")
+        return _json({"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        try:
+            self._metrics.engine.stats = await self._ask("get_stats")
+            self._metrics.engine.up = True
+        except ApiError:
+            self._metrics.engine.up = False
+        return web.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _ask(self, method: str) -> Any:
+        """Call a client utility; a dead or silent engine is a 503."""
+        if self._client.is_dead:
+            raise ApiError(503, "the engine is dead", code="engine_dead")
+        try:
+            return await asyncio.wait_for(getattr(self._client, method)(), self._timeout)
+        except EngineDeadError as e:
+            raise ApiError(503, f"the engine is dead: {e}", code="engine_dead") from e
+        except asyncio.TimeoutError as e:
+            raise ApiError(503, f"the engine did not answer {method} within {self._timeout} s",
+                           code="engine_unresponsive") from e
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=msgspec.json.encode(obj),
+                        content_type="application/json")

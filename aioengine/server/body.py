@@ -1,0 +1,43 @@
+"""Read a request body under a size limit (413 past it) and decode it with a typed decoder."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import msgspec
+from aiohttp import web
+
+from aioengine.server.errors import ApiError, from_decode_error
+
+T = TypeVar("T")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, refusing one over ``limit`` bytes as soon as that is known (the declared
+    length, or the bytes read so far of a chunked upload). Reads ``request.content`` directly
+    so the limit holds even when the host app mounting us set another ``client_max_size``."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise _too_large(f"{declared} bytes", limit)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(f"more than {limit} bytes", limit)
+        parts.append(chunk)
+    if size == 0:
+        raise ApiError(400, "request body is empty; expected a JSON object", code="invalid_json")
+    return b"".join(parts)
+
+
+def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    try:
+        return decoder.decode(body)
+    except msgspec.DecodeError as e:
+        raise from_decode_error(e) from e
+
+
+def _too_large(size: str, limit: int) -> ApiError:
+    return ApiError(413, f"request body of {size} exceeds the server's limit of {limit} bytes "
+                    "(max_request_bytes)", code="request_too_large")

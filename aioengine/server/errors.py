@@ -1,0 +1,89 @@
+"""OpenAI-style error bodies: ``{"error": {"message", "type", "param", "code"}}``.
+
+Handlers raise ``ApiError``; the middleware turns it (and aiohttp's own 404/405/413, and any
+unexpected exception) into that body, so every failure a client sees has the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+
+import msgspec
+from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+_TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
+          413: "invalid_request_error", 500: "internal_server_error",
+          503: "service_unavailable_error"}
+
+
+class ApiError(Exception):
+    """A request the server refuses; ``status`` is the HTTP status, ``param`` the field."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type_: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type_ or _TYPES.get(status, "invalid_request_error")
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+    def response(self) -> web.Response:
+        return web.Response(status=self.status, body=msgspec.json.encode(self.body()),
+                            content_type="application/json")
+
+
+_PATH = re.compile(r" - at `\$\.?([^`]*)`$")
+_FIELD = re.compile(r"(unknown|missing required) field `([^`]+)`")
+
+
+def from_decode_error(err: msgspec.DecodeError) -> ApiError:
+    """Turn msgspec's message (``Expected `int`, got `str` - at `$.n```) into a 400 naming the
+    parameter it points at."""
+    text = str(err)
+    if isinstance(err, msgspec.ValidationError):
+        field = _FIELD.search(text)
+        at = _PATH.search(text)
+        param = field.group(2) if field else (at.group(1) or None) if at else None
+        if field and field.group(1) == "unknown":
+            text = f"unsupported parameter `{param}`: {text}"
+        return ApiError(400, f"invalid request: {text}", param=param, code="invalid_parameter")
+    return ApiError(400, f"malformed JSON body: {text}", code="invalid_json")
+
+
+def from_value_error(err: ValueError) -> ApiError:
+    """``SamplingParams`` and the client raise ``ValueError`` whose message starts with the
+    offending field's name."""
+    text = str(err)
+    first = text.split(" ", 1)[0]
+    param = first if first.isidentifier() else None
+    return ApiError(400, text, param=param, code="invalid_parameter")
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return e.response()
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        message = {404: f"no route for {request.method} {request.path}",
+                   405: f"method {request.method} not allowed on {request.path}",
+                   413: e.text or "request body too large"}.get(e.status, e.reason)
+        return ApiError(e.status, message, code=e.reason.lower().replace(" ", "_")).response()
+    except Exception:
+        logger.exception("unhandled error serving %s %s", request.method, request.path)
+        return ApiError(500, "internal server error (see the server log)").response()

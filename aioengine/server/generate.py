@@ -1,0 +1,215 @@
+"""``POST /v1/chat/completions`` and ``POST /v1/completions``: validate, start the choices,
+then answer with one JSON body or a Server-Sent Events stream ending in ``data: [DONE]``.
+
+Everything is checked before the first output is awaited on; the client refuses bad prompts
+before they reach the engine; so a rejected request costs the engine nothing. A client that
+goes away (a failed write, or the disconnect watcher) cancels the choices, which aborts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from aioengine import EngineDeadError
+from aioengine.server.body import decode, read_body
+from aioengine.server.choices import ChoiceRunner
+from aioengine.server.disconnect import DisconnectWatcher
+from aioengine.server.errors import ApiError, from_value_error
+from aioengine.server.metrics import ServerMetrics
+from aioengine.server.params import chat_params, completion_params, completion_prompt, seeded
+from aioengine.server.protocol import (
+    CHAT_DECODER,
+    COMPLETION_DECODER,
+    ChatCompletionRequest,
+    CompletionRequest,
+)
+from aioengine.server.responses import ChatFormat, ChoiceState, CompletionFormat, TokenText
+
+_SEVERITY = {None: 0, "stop": 1, "length": 2, "abort": 3, "error": 4}
+
+
+class GenerationFailed(Exception):
+    """A choice finished with ``finish_reason="error"``; the message is the engine's."""
+
+
+class GenerateHandlers:
+    def __init__(self, client: Any, *, model_name: str, max_request_bytes: int,
+                 default_max_tokens: int, metrics: ServerMetrics, watcher: DisconnectWatcher,
+                 token_text: TokenText) -> None:
+        self._client = client
+        self._model = model_name
+        self._limit = max_request_bytes
+        self._default_max_tokens = default_max_tokens
+        self._metrics = metrics
+        self._watcher = watcher
+        self._token_text = token_text
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            req = decode(CHAT_DECODER, await read_body(request, self._limit))
+            self._check_model(req.model)
+            params = chat_params(req, self._default_max_tokens)
+        except ApiError:
+            self._metrics.count("chat", "rejected")
+            raise
+        messages = [m.as_template_dict() for m in req.messages]
+
+        def start(i: int) -> AsyncIterator[Any]:
+            return self._client.chat(messages, seeded(params, i))
+
+        fmt = ChatFormat(self._model, self._token_text)
+        return await self._run(request, "chat", req, start, fmt, params.logprobs is not None)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            req = decode(COMPLETION_DECODER, await read_body(request, self._limit))
+            self._check_model(req.model)
+            params = completion_params(req)
+            prompt = completion_prompt(req)
+        except ApiError:
+            self._metrics.count("completions", "rejected")
+            raise
+
+        def start(i: int) -> AsyncIterator[Any]:
+            return self._client.generate(prompt, seeded(params, i))
+
+        fmt = CompletionFormat(self._model, self._token_text)
+        return await self._run(request, "completions", req, start, fmt,
+                               params.logprobs is not None)
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self._model:
+            raise ApiError(404, f"model {model!r} does not exist; this server serves "
+                           f"{self._model!r} (GET /v1/models)", param="model",
+                           code="model_not_found")
+
+    async def _run(self, request: web.Request, endpoint: str,
+                   req: ChatCompletionRequest | CompletionRequest,
+                   start: Callable[[int], AsyncIterator[Any]], fmt: ChatFormat | CompletionFormat,
+                   want_logprobs: bool) -> web.StreamResponse:
+        runner = ChoiceRunner(start, req.n)
+        states = [ChoiceState(i) for i in range(req.n)]
+        last: dict[int, Any] = {}
+        outcome = "error"
+        with self._watcher.watch(request) as watch:
+            try:
+                try:
+                    await runner.start()
+                except ValueError as e:
+                    outcome = "rejected"
+                    err = from_value_error(e)
+                    if endpoint == "chat" and err.param == "prompt":
+                        err.param = "messages"  # the prompt the template made of them
+                    raise err from e
+                except EngineDeadError as e:
+                    outcome = "engine_dead"
+                    raise _dead(e) from e
+                events = _tracked(runner.events(), last)
+                if req.stream:
+                    resp, outcome = await _stream(request, events, states, fmt,
+                                                  want_logprobs, req.include_usage)
+                    return resp
+                try:
+                    outcome = await _collect(events, states)
+                except EngineDeadError as e:
+                    outcome = "engine_dead"
+                    raise _dead(e) from e
+                except GenerationFailed as e:
+                    raise ApiError(500, f"generation failed in the engine: {e}",
+                                   code="generation_error") from e
+                return web.Response(body=msgspec.json.encode(fmt.full(states)),
+                                    content_type="application/json")
+            except asyncio.CancelledError:
+                if watch.gone:
+                    outcome = "disconnected"
+                raise
+            finally:
+                await runner.aclose()
+                self._record(endpoint, outcome, last.values())
+
+    def _record(self, endpoint: str, outcome: str, outputs: Any) -> None:
+        self._metrics.count(endpoint, outcome)
+        for out in outputs:
+            m = out.metrics
+            if m.time_to_first_token is not None:
+                self._metrics.first_token(m.time_to_first_token)
+            for gap in m.inter_token_latencies:
+                self._metrics.tokens(gap, 1)
+            if m.e2e_latency is not None:
+                self._metrics.finished(m.e2e_latency)
+
+
+def _dead(err: BaseException) -> ApiError:
+    return ApiError(503, f"the engine is dead: {err}", code="engine_dead")
+
+
+async def _tracked(events: AsyncIterator[tuple[int, Any]],
+                   last: dict[int, Any]) -> AsyncIterator[tuple[int, Any]]:
+    async for index, out in events:
+        last[index] = out
+        if out.finished and out.finish_reason == "error":
+            raise GenerationFailed(out.error or "unknown error")
+        yield index, out
+
+
+def _outcome(states: list[ChoiceState]) -> str:
+    worst = max((s.finish_reason for s in states), key=lambda r: _SEVERITY.get(r, 4))
+    return worst or "abort"
+
+
+async def _collect(events: AsyncIterator[tuple[int, Any]], states: list[ChoiceState]) -> str:
+    async for index, out in events:
+        states[index].update(out)
+    return _outcome(states)
+
+
+async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
+                  states: list[ChoiceState], fmt: ChatFormat | CompletionFormat,
+                  want_logprobs: bool,
+                  include_usage: bool) -> tuple[web.StreamResponse, str]:
+    """Write the SSE stream; returns the response and the outcome."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                       "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    await resp.prepare(request)
+
+    async def send(obj: Any) -> None:
+        await resp.write(b"data: " + msgspec.json.encode(obj) + b"\n\n")
+
+    outcome = "error"
+    try:
+        if isinstance(fmt, ChatFormat):
+            for s in states:
+                await send(fmt.chunk([fmt.role_choice(s.index)], include_usage))
+        try:
+            async for index, out in events:
+                state = states[index]
+                offset = len(state.text)
+                text, logprobs = state.update(out)
+                finish = state.finish_reason
+                if not text and not logprobs and finish is None:
+                    continue
+                lp = logprobs if want_logprobs else None
+                if isinstance(fmt, ChatFormat):
+                    choice = fmt.delta_choice(index, text, lp, finish)
+                else:
+                    choice = fmt.delta_choice(index, text, lp, finish, offset)
+                await send(fmt.chunk([choice], include_usage))
+            outcome = _outcome(states)
+        except EngineDeadError as e:
+            outcome = "engine_dead"
+            await send(_dead(e).body())
+        except GenerationFailed as e:
+            await send(ApiError(500, f"generation failed in the engine: {e}",
+                                code="generation_error").body())
+        if include_usage:
+            await send(fmt.usage_chunk(states))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+    except ConnectionResetError:  # the client went away mid-stream: the caller aborts
+        return resp, "disconnected"
+    return resp, outcome

@@ -1,0 +1,103 @@
+"""Prometheus metrics of one app, in its own ``CollectorRegistry`` (never the global one, so
+two apps in one process do not collide).
+
+Request outcomes and latencies are recorded by the handlers; engine gauges (running, waiting,
+KV-cache usage, prefix hit rate) come from ``client.get_stats()`` at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aioengine import EngineStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_TTFT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                 7.5, 10.0, 20.0, 40.0, 80.0)
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
+                0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+_E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+
+
+class EngineStatsCollector(Collector):
+    """Exposes the last ``EngineStats`` snapshot; ``up`` is 0 once the engine is dead."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self.stats: EngineStats | None = None
+        self.up = True
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["model"]
+        values = [self._model]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(f"aioengine_{name}", doc, labels=labels)
+            g.add_metric(values, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(f"aioengine_{name}", doc, labels=labels)
+            c.add_metric(values, value)
+            return c
+
+        yield gauge("engine_up", "1 while the engine answers, 0 once it is dead",
+                    1.0 if self.up else 0.0)
+        s = self.stats
+        if s is None:
+            return
+        yield gauge("num_requests_running", "Requests in the running batch", s.num_running)
+        yield gauge("num_requests_waiting", "Requests waiting to be scheduled", s.num_waiting)
+        usage = s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0
+        yield gauge("kv_cache_usage_ratio", "Fraction of KV-cache blocks in use", usage)
+        yield gauge("kv_cache_blocks_total", "KV-cache blocks in the engine", s.kv_blocks_total)
+        yield gauge("prefix_cache_hit_rate", "Fraction of prompt tokens found in the prefix "
+                    "cache", s.prefix_cache_hit_rate)
+        yield counter("prompt_tokens", "Prompt tokens processed", s.prompt_tokens_total)
+        yield counter("generation_tokens", "Tokens generated", s.generation_tokens_total)
+        yield counter("num_preemptions", "Requests preempted", s.num_preempted_total)
+
+
+class ServerMetrics:
+    def __init__(self, model: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "aioengine_requests", "HTTP generation requests by endpoint and outcome "
+            "(stop, length, abort, error, rejected, disconnected, engine_dead)",
+            ["model", "endpoint", "outcome"], registry=self.registry)
+        self.ttft = Histogram("aioengine_time_to_first_token_seconds",
+                              "Time from request arrival to its first token", ["model"],
+                              buckets=_TTFT_BUCKETS, registry=self.registry)
+        self.itl = Histogram("aioengine_inter_token_latency_seconds",
+                             "Time between successive tokens of a request", ["model"],
+                             buckets=_ITL_BUCKETS, registry=self.registry)
+        self.e2e = Histogram("aioengine_e2e_request_latency_seconds",
+                             "Time from request arrival to its last token", ["model"],
+                             buckets=_E2E_BUCKETS, registry=self.registry)
+        self.engine = EngineStatsCollector(model)
+        self.registry.register(self.engine)
+        self._model = model
+
+    def count(self, endpoint: str, outcome: str) -> None:
+        self.requests.labels(self._model, endpoint, outcome).inc()
+
+    def first_token(self, seconds: float) -> None:
+        self.ttft.labels(self._model).observe(seconds)
+
+    def tokens(self, seconds: float, count: int) -> None:
+        """``count`` tokens arrived ``seconds`` after the previous ones: one ITL sample each."""
+        each = seconds / count
+        hist = self.itl.labels(self._model)
+        for _ in range(count):
+            hist.observe(each)
+
+    def finished(self, seconds: float) -> None:
+        self.e2e.labels(self._model).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

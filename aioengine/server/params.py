@@ -1,0 +1,78 @@
+"""From a decoded OpenAI request to what the client takes: ``SamplingParams`` and the prompt."""
+
+from __future__ import annotations
+
+from msgspec.structs import replace
+
+from aioengine import SamplingParams
+from aioengine.server.errors import ApiError, from_value_error
+from aioengine.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+
+_PASSTHROUGH = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                "presence_penalty", "frequency_penalty", "seed")
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+def sampling_params(req: SamplingFields, *, max_tokens: int,
+                    logprobs: int | None) -> SamplingParams:
+    """Build and validate; a ``ValueError`` from ``SamplingParams`` becomes a 400 naming the
+    field (e.g. ``min_tokens`` larger than ``max_tokens``)."""
+    chosen = {name: value for name in _PASSTHROUGH
+              if (value := getattr(req, name)) is not None}
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    try:
+        return SamplingParams(max_tokens=max_tokens, stop=stop,
+                              stop_token_ids=list(req.stop_token_ids or []),
+                              ignore_eos=req.ignore_eos, min_tokens=req.min_tokens,
+                              logprobs=logprobs, **chosen)
+    except ValueError as e:
+        raise from_value_error(e) from e
+
+
+def chat_params(req: ChatCompletionRequest, default_max_tokens: int) -> SamplingParams:
+    if req.max_tokens is not None and req.max_completion_tokens is not None \
+            and req.max_tokens != req.max_completion_tokens:
+        raise ApiError(400, "max_tokens and max_completion_tokens disagree "
+                       f"({req.max_tokens} vs {req.max_completion_tokens}); send one of them",
+                       param="max_completion_tokens")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise ApiError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
+    max_tokens = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    return sampling_params(req, max_tokens=max_tokens, logprobs=logprobs)
+
+
+def completion_params(req: CompletionRequest) -> SamplingParams:
+    if req.echo:
+        raise ApiError(400, "echo is not supported", param="echo")
+    if req.suffix:
+        raise ApiError(400, "suffix is not supported", param="suffix")
+    return sampling_params(req, max_tokens=req.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS,
+                           logprobs=req.logprobs)
+
+
+def completion_prompt(req: CompletionRequest) -> str | list[int]:
+    """One prompt: a string, a list of token ids, or a list holding one string. Batches of
+    prompts are refused: each prompt would be its own request, and a rejected one must not
+    leave the others running in the engine."""
+    prompt = req.prompt
+    if isinstance(prompt, str):
+        return prompt
+    if all(isinstance(t, int) for t in prompt):
+        return list(prompt)  # type: ignore[arg-type]
+    if len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0]
+    if all(isinstance(t, str) for t in prompt):
+        raise ApiError(400, f"a batch of {len(prompt)} prompts is not supported; send one "
+                       "request per prompt", param="prompt")
+    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of one "
+                   "string; got a list mixing strings and integers", param="prompt")
+
+
+def seeded(params: SamplingParams, index: int) -> SamplingParams:
+    """The ``index``-th of ``n`` choices: its own seed, so seeded choices differ from each
+    other yet reproduce run to run."""
+    if params.seed is None or index == 0:
+        return params
+    return replace(params, seed=(params.seed + index) % 2**63)

@@ -1,0 +1,88 @@
+"""OpenAI request bodies as msgspec Structs: a typed decode of the JSON body validates every
+field at once and names the offending one (``- at `$.messages[0].role```).
+
+Unknown fields are refused rather than silently ignored, so a typo or an unsupported OpenAI
+feature (``tools``, ``logit_bias``) gets a 400 naming it instead of a surprising result.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+MAX_N = 16  # choices per request; each is a full engine request
+
+NonNegInt = Annotated[int, Meta(ge=0)]
+PositiveInt = Annotated[int, Meta(ge=1)]
+Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
+
+
+class StreamOptions(msgspec.Struct, forbid_unknown_fields=True):
+    include_usage: bool = False
+
+
+class TextPart(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fields=True):
+    text: str
+
+
+class ChatMessage(msgspec.Struct, forbid_unknown_fields=True):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def as_template_dict(self) -> dict[str, str]:
+        if isinstance(self.content, list):
+            text = "".join(p.text for p in self.content)
+        else:
+            text = self.content or ""
+        out = {"role": self.role, "content": text}
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+class SamplingFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Fields shared by both endpoints; None means "the engine's default"."""
+
+    model: str | None = None
+    max_tokens: PositiveInt | None = None
+    temperature: Annotated[float, Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Meta(ge=-1)] | None = None
+    min_p: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None
+    repetition_penalty: Annotated[float, Meta(gt=0.0, le=100.0)] | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[NonNegInt] | None = None
+    ignore_eos: bool = False
+    min_tokens: NonNegInt = 0
+    n: Annotated[int, Meta(ge=1, le=MAX_N)] = 1
+    user: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)]
+    max_completion_tokens: PositiveInt | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+
+
+class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
+    prompt: str | Annotated[list[int | str], Meta(min_length=1)]
+    logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    echo: bool = False
+    suffix: str | None = None
+
+
+CHAT_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
+COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)

@@ -1,0 +1,150 @@
+"""OpenAI response bodies for chat and text completions, streamed (chunks) and whole.
+
+``ChoiceState`` follows one choice's cumulative ``RequestOutput``s; ``ChatFormat`` and
+``CompletionFormat`` turn states and deltas into the two endpoints' JSON shapes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aioengine.messages import TokenLogprob
+
+TokenText = Callable[[int], str]
+Json = dict[str, Any]
+
+
+class ChoiceState:
+    """One choice of a request: what was sent so far and how it ended."""
+
+    __slots__ = ("cached_tokens", "finish_reason", "index", "logprobs", "prompt_tokens",
+                 "text", "token_count")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.text = ""
+        self.token_count = 0
+        self.logprobs: list[TokenLogprob] = []
+        self.finish_reason: str | None = None
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+
+    def update(self, out: Any) -> tuple[str, list[TokenLogprob]]:
+        """Take one output; return the new text and the new tokens' logprobs."""
+        # ``out.logprobs`` is cumulative: one per token in ``out.token_ids``.
+        new_lp = list(out.logprobs[len(self.logprobs):]) if out.logprobs else []
+        self.logprobs.extend(new_lp)
+        self.text = out.text
+        self.token_count = len(out.token_ids)
+        self.prompt_tokens = len(out.prompt_token_ids)
+        self.cached_tokens = out.num_cached_tokens or 0
+        if out.finished:
+            self.finish_reason = out.finish_reason
+        return out.delta_text, new_lp
+
+
+def usage(states: Sequence[ChoiceState]) -> Json:
+    prompt = states[0].prompt_tokens if states else 0
+    completion = sum(s.token_count for s in states)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": states[0].cached_tokens if states else 0}}
+
+
+class _Format:
+    object_full = ""
+    object_chunk = ""
+    id_prefix = ""
+
+    def __init__(self, model: str, token_text: TokenText) -> None:
+        self.model = model
+        self.token_text = token_text
+        self.id = self.id_prefix + uuid.uuid4().hex
+        self.created = int(time.time())
+
+    def envelope(self, obj: str, choices: list[Json]) -> Json:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "choices": choices}
+
+    def chunk(self, choices: list[Json], include_usage: bool) -> Json:
+        body = self.envelope(self.object_chunk, choices)
+        if include_usage:
+            body["usage"] = None
+        return body
+
+    def usage_chunk(self, states: Sequence[ChoiceState]) -> Json:
+        body = self.envelope(self.object_chunk, [])
+        body["usage"] = usage(states)
+        return body
+
+    def full(self, states: Sequence[ChoiceState]) -> Json:
+        body = self.envelope(self.object_full, [self.full_choice(s) for s in states])
+        body["usage"] = usage(states)
+        return body
+
+    def full_choice(self, state: ChoiceState) -> Json:
+        raise NotImplementedError
+
+    def _token(self, token_id: int) -> str:
+        return self.token_text(token_id)
+
+
+class ChatFormat(_Format):
+    object_full = "chat.completion"
+    object_chunk = "chat.completion.chunk"
+    id_prefix = "chatcmpl-"
+
+    def role_choice(self, index: int) -> Json:
+        return {"index": index, "delta": {"role": "assistant", "content": ""},
+                "logprobs": None, "finish_reason": None}
+
+    def delta_choice(self, index: int, text: str, logprobs: list[TokenLogprob] | None,
+                     finish_reason: str | None) -> Json:
+        delta = {"content": text} if text or finish_reason is None else {}
+        return {"index": index, "delta": delta,
+                "logprobs": self.logprobs(logprobs) if logprobs is not None else None,
+                "finish_reason": finish_reason}
+
+    def full_choice(self, state: ChoiceState) -> Json:
+        return {"index": state.index, "message": {"role": "assistant", "content": state.text},
+                "logprobs": self.logprobs(state.logprobs) if state.logprobs else None,
+                "finish_reason": state.finish_reason}
+
+    def logprobs(self, entries: Sequence[TokenLogprob]) -> Json:
+        def item(token_id: int, logprob: float) -> Json:
+            text = self._token(token_id)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+        return {"content": [{**item(e.token_id, e.logprob),
+                             "top_logprobs": [item(t, lp) for t, lp in e.top]}
+                            for e in entries]}
+
+
+class CompletionFormat(_Format):
+    object_full = "text_completion"
+    object_chunk = "text_completion"
+    id_prefix = "cmpl-"
+
+    def delta_choice(self, index: int, text: str, logprobs: list[TokenLogprob] | None,
+                     finish_reason: str | None, offset: int = 0) -> Json:
+        return {"index": index, "text": text,
+                "logprobs": self.logprobs(logprobs, offset) if logprobs is not None else None,
+                "finish_reason": finish_reason}
+
+    def full_choice(self, state: ChoiceState) -> Json:
+        return {"index": state.index, "text": state.text,
+                "logprobs": self.logprobs(state.logprobs) if state.logprobs else None,
+                "finish_reason": state.finish_reason}
+
+    def logprobs(self, entries: Sequence[TokenLogprob], offset: int = 0) -> Json:
+        tokens = [self._token(e.token_id) for e in entries]
+        offsets = []
+        for t in tokens:
+            offsets.append(offset)
+            offset += len(t)
+        return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+                "top_logprobs": [{self._token(t): lp for t, lp in e.top} for e in entries],
+                "text_offset": offsets}

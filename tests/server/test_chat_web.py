@@ -1,0 +1,98 @@
+"""The chat page of ``examples/chat_web`` in a real headless Chromium: type a message and
+watch the assistant's reply grow in the page as tokens stream in."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from tests.server.server_process import ROOT
+
+pytestmark = pytest.mark.anyio
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _chromium() -> str:
+    if not os.path.exists(CHROMIUM):
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "install_browser.sh")],
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode != 0 or not os.path.exists(CHROMIUM):
+            pytest.skip(f"chromium is not installed and scripts/install_browser.sh could not "
+                        f"install it: {r.stderr.strip()[-300:]}")
+    return CHROMIUM
+
+
+def _load_example():
+    path = os.path.join(ROOT, "examples", "chat_web", "app.py")
+    spec = importlib.util.spec_from_file_location("chat_web_app", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Records the reply's length each time a piece is appended, with a timestamp.
+OBSERVE = """() => {
+  window.__growth = [];
+  new MutationObserver((records) => {
+    const replies = document.querySelectorAll('.assistant');
+    if (!replies.length) return;
+    window.__growth.push([performance.now(), replies[replies.length - 1].textContent.length]);
+  }).observe(document.getElementById('messages'),
+             {childList: true, subtree: true, characterData: true});
+}"""
+
+
+async def test_chat_page_streams_reply(engine):
+    executable = _chromium()
+    assert shutil.which(executable)
+    from playwright.async_api import async_playwright
+
+    app = _load_example().create_chat_app(engine)
+    srv = TestServer(app, host="127.0.0.1")
+    await srv.start_server()
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=executable, args=ARGS)
+            try:
+                page = await browser.new_page()
+                await page.goto(str(srv.make_url("/")))
+                await page.fill("#max-tokens", "24")
+                await page.fill("#temperature", "0")
+                await page.evaluate(OBSERVE)
+                await page.fill("#prompt", "Write me a poem about the sea")
+                await page.press("#prompt", "Enter")
+                reply = page.locator(".assistant").last
+                await reply.wait_for()
+                await page.wait_for_function(
+                    "document.querySelector('.assistant').dataset.state !== 'streaming'",
+                    timeout=60_000)
+                assert await reply.get_attribute("data-state") == "done"
+                shown = await reply.text_content()
+                growth = await page.evaluate("window.__growth")
+                assert await page.locator(".user").text_content() == \
+                    "Write me a poem about the sea"
+            finally:
+                await browser.close()
+        # The reply grew in several steps, at different times, never shrinking.
+        lengths = [n for _, n in growth if n > 0]
+        assert len(set(lengths)) >= 3, growth
+        assert lengths == sorted(lengths)
+        assert len({t for t, n in growth if n > 0}) >= 3, growth
+        # And it is what the API gives for the same conversation (greedy).
+        body = {"messages": [{"role": "user", "content": "Write me a poem about the sea"}],
+                "max_tokens": 24, "temperature": 0}
+        async with aiohttp.ClientSession() as s, \
+                s.post(srv.make_url("/api/v1/chat/completions"), json=body) as resp:
+            expected = (await resp.json())["choices"][0]["message"]["content"]
+        assert shown == expected
+    finally:
+        await srv.close()

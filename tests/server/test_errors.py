@@ -1,0 +1,123 @@
+"""Every bad input gets its status and an OpenAI-style error body, and reaches no engine."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from aioengine.server import ServerSettings, create_app
+from tests.server.engine_setup import MAX_MODEL_LEN
+
+pytestmark = pytest.mark.anyio
+
+USER = [{"role": "user", "content": "hi"}]
+
+# (path, body, status, param, fragment of the message)
+CASES = [
+    ("/v1/chat/completions", b'{"messages": [', 400, None, "malformed JSON"),
+    ("/v1/chat/completions", b"", 400, None, "body is empty"),
+    ("/v1/chat/completions", b"[1, 2]", 400, None, "Expected `object`"),
+    ("/v1/chat/completions", {}, 400, "messages", "missing required field `messages`"),
+    ("/v1/chat/completions", {"messages": "hi"}, 400, "messages", "Expected `array`"),
+    ("/v1/chat/completions", {"messages": []}, 400, "messages", "length >= 1"),
+    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400,
+     "messages[0].role", "Invalid enum value 'robot'"),
+    ("/v1/chat/completions",
+     {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     400, "messages[0].content[0].type", "image_url"),
+    ("/v1/chat/completions", {"messages": USER, "temperature": 2.5}, 400, "temperature",
+     "<= 2.0"),
+    ("/v1/chat/completions", {"messages": USER, "top_p": 0}, 400, "top_p", "> 0.0"),
+    ("/v1/chat/completions", {"messages": USER, "max_tokens": 0}, 400, "max_tokens", ">= 1"),
+    ("/v1/chat/completions", {"messages": USER, "max_tokens": "ten"}, 400, "max_tokens",
+     "Expected `int | null`, got `str`"),
+    ("/v1/chat/completions", {"messages": USER, "n": 17}, 400, "n", "<= 16"),
+    ("/v1/chat/completions", {"messages": USER, "top_k": 0}, 400, "top_k", "top_k"),
+    ("/v1/chat/completions", {"messages": USER, "tools": []}, 400, "tools",
+     "unsupported parameter `tools`"),
+    ("/v1/chat/completions", {"messages": USER, "top_logprobs": 2}, 400, "top_logprobs",
+     "requires logprobs"),
+    ("/v1/chat/completions", {"messages": USER, "max_tokens": 4, "min_tokens": 9}, 400,
+     "min_tokens", "min_tokens must be between 0 and 4"),
+    ("/v1/chat/completions", {"messages": USER, "max_tokens": 3, "max_completion_tokens": 4},
+     400, "max_completion_tokens", "disagree"),
+    ("/v1/chat/completions", {"messages": USER, "stream_options": {"include_usage": "yes"}},
+     400, "stream_options.include_usage", "Expected `bool`"),
+    ("/v1/chat/completions", {"messages": USER, "stop_token_ids": [10**9]}, 400,
+     "stop_token_ids", "outside the vocabulary"),
+    ("/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt", "batch of 2 prompts"),
+    ("/v1/completions", {"prompt": [1, "b"]}, 400, "prompt", "mixing"),
+    ("/v1/completions", {"prompt": [1, 10**9]}, 400, "prompt", "token id at position 1"),
+    ("/v1/completions", {"prompt": ""}, 400, "prompt", "prompt is empty"),
+    ("/v1/completions", {"prompt": "a", "echo": True}, 400, "echo", "not supported"),
+    ("/v1/completions", {"prompt": "a", "logprobs": 21}, 400, "logprobs", "<= 20"),
+    ("/v1/completions", {"prompt": "a", "model": "gpt-4"}, 404, "model", "'gpt-4' does not"),
+    ("/v1/chat/completions", {"messages": USER, "model": "gpt-4"}, 404, "model",
+     "does not exist"),
+    ("/v1/completions", {"prompt": "a", "stream": True, "model": "nope"}, 404, "model",
+     "does not exist"),
+    ("/v1/completions", {"prompt": list(range(1, MAX_MODEL_LEN + 2))}, 400, "prompt",
+     f"max_model_len={MAX_MODEL_LEN}"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 600}],
+                              "stream": True}, 400, "messages", f"max_model_len={MAX_MODEL_LEN}"),
+]
+
+
+def _check_error(body: dict, status: int, param: str | None, fragment: str) -> None:
+    assert set(body) == {"error"}
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert fragment in err["message"], err
+    assert err["param"] == param, err
+    assert err["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+
+
+async def test_bad_requests_get_their_status_and_reach_no_engine(server, engine):
+    before = await engine.get_stats()
+    async with aiohttp.ClientSession() as s:
+        for path, body, status, param, fragment in CASES:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            async with s.post(server.make_url(path), data=data,
+                              headers={"Content-Type": "application/json"}) as resp:
+                assert resp.status == status, (path, body, await resp.text())
+                assert resp.content_type == "application/json"
+                _check_error(await resp.json(), status, param, fragment)
+    after = await engine.get_stats()
+    assert after.prompt_tokens_total == before.prompt_tokens_total
+    assert after.num_requests_finished_total == before.num_requests_finished_total
+
+
+async def test_unknown_route_and_method(server):
+    async with aiohttp.ClientSession() as s:
+        async with s.get(server.make_url("/v1/engines")) as resp:
+            assert resp.status == 404
+            assert "no route for GET /v1/engines" in (await resp.json())["error"]["message"]
+        async with s.get(server.make_url("/v1/completions")) as resp:
+            assert resp.status == 405
+            assert "not allowed" in (await resp.json())["error"]["message"]
+
+
+async def test_body_over_the_limit_is_413(engine):
+    srv = TestServer(create_app(engine, ServerSettings(max_request_bytes=2048)),
+                     host="127.0.0.1")
+    await srv.start_server()
+    try:
+        big = json.dumps({"prompt": "a" * 4000}).encode()
+        async with aiohttp.ClientSession() as s:
+            async with s.post(srv.make_url("/v1/completions"), data=big) as resp:
+                assert resp.status == 413
+                err = (await resp.json())["error"]
+                assert f"{len(big)} bytes exceeds the server's limit of 2048" in err["message"]
+
+            async def chunked():  # no Content-Length: the limit holds while reading
+                for _ in range(4):
+                    yield b" " * 1000
+
+            async with s.post(srv.make_url("/v1/completions"), data=chunked()) as resp:
+                assert resp.status == 413
+                assert "more than 2048 bytes" in (await resp.json())["error"]["message"]
+    finally:
+        await srv.close()

@@ -1,0 +1,86 @@
+"""``python -m aioengine.serve`` as a real process: the openai client, SIGTERM mid-stream,
+engine death, bad flags, and no torch in the host."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import aiohttp
+import psutil
+import pytest
+
+from tests.server.server_process import ROOT, ServerProcess
+
+pytestmark = pytest.mark.anyio
+
+
+def test_host_process_never_imports_torch():
+    code = ("import sys, aioengine.serve, aioengine.server;"
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_bad_engine_flag_is_a_usage_error():
+    r = subprocess.run([sys.executable, "-m", "aioengine.serve", "--max-num-seqs", "0"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "max_num_seqs must be a positive integer, got 0" in r.stderr
+
+
+async def test_openai_client_then_sigterm_mid_stream():
+    from openai import AsyncOpenAI
+
+    with ServerProcess("--grace-period", "2") as srv:
+        oai = AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        try:
+            r = await oai.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+            assert r.usage.completion_tokens >= 1
+            stream = await oai.completions.create(
+                model="tiny", prompt="go", max_tokens=240, stream=True,
+                extra_body={"ignore_eos": True})
+            first = await stream.__anext__()
+            assert first.choices
+            rc = await asyncio.to_thread(srv.terminate, 60.0)
+            # The stream was finished or cut within the grace period; it did not hang.
+            received = 1
+            try:
+                async for _ in stream:
+                    received += 1
+            except Exception:
+                pass
+            assert received <= 240
+        finally:
+            await oai.close()
+        assert rc == 0, srv.output()
+        assert "server stopped" in srv.output()
+        with pytest.raises(aiohttp.ClientConnectionError):
+            async with aiohttp.ClientSession() as s, s.get(srv.url + "/health"):
+                pass
+
+
+async def test_engine_death_turns_health_to_503():
+    with ServerProcess() as srv:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(srv.url + "/health") as resp:
+                assert resp.status == 200
+            for child in srv.descendants:
+                child.kill()
+            psutil.wait_procs(srv.descendants, timeout=10)
+            for _ in range(200):
+                async with s.get(srv.url + "/health") as resp:
+                    if resp.status == 503:
+                        err = (await resp.json())["error"]
+                        assert err["code"] == "engine_dead" and "dead" in err["message"]
+                        break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("/health stayed 200 after the engine was killed")
+            async with s.post(srv.url + "/v1/completions", json={"prompt": "x"}) as resp:
+                assert resp.status == 503
+                assert (await resp.json())["error"]["code"] == "engine_dead"
+            async with s.get(srv.url + "/metrics") as resp:
+                assert "aioengine_engine_up{model=\"tiny\"} 0.0" in await resp.text()
+        assert await asyncio.to_thread(srv.terminate) == 0, srv.output()
