@@ -112,6 +112,7 @@ class EngineProc(BusyLoopTarget):
             try:
                 self._handle(self._in_q.get(timeout=IDLE_WAIT))
             except queue.Empty:
+                self._guard(core.executor.check_health)  # a dead worker ends an idle engine too
                 return
         while True:  # everything that arrived meanwhile, before scheduling
             try:
@@ -120,11 +121,7 @@ class EngineProc(BusyLoopTarget):
                 break
         if not core.has_work():
             return
-        try:
-            deltas = core.step()
-        except Exception as exc:
-            self._fail(exc)
-            raise
+        deltas = self._guard(core.step)
         if deltas:
             self._out_q.put(StepOutputs(deltas, time.time()))
 
@@ -165,6 +162,13 @@ class EngineProc(BusyLoopTarget):
         except Exception as exc:  # a utility's failure is the caller's, not the engine's
             logger.exception("utility %s failed", call.method)
             return UtilityResult(call.call_id, error=f"{type(exc).__name__}: {exc}")
+
+    def _guard(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            self._fail(exc)
+            raise
 
     def _fail(self, exc: BaseException) -> None:
         """Fail every request and say why, then let the output thread flush (bounded)."""

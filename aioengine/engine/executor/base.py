@@ -30,5 +30,9 @@ class Executor(abc.ABC):
         """Run one step; raises ``ExecutorError`` if the model side failed."""
 
     @abc.abstractmethod
+    def check_health(self) -> None:
+        """Raise ``ExecutorError`` if the model side is gone (called while the engine idles)."""
+
+    @abc.abstractmethod
     def shutdown(self) -> None:
         """Release the model and any worker processes. Idempotent."""

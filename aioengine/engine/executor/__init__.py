@@ -1,0 +1,25 @@
+"""Executors run scheduled steps on the model: ``uniproc`` (in the engine process) or ``mp``
+(one worker process per tensor-parallel rank). ``EngineConfig.resolved_executor`` picks one:
+``auto`` is uniproc for one rank (no IPC per step; see ``aioengine.bench`` for the measured
+difference) and mp for tensor parallelism."""
+
+from __future__ import annotations
+
+from aioengine.config import EngineConfig
+from aioengine.engine.executor.base import Executor, ExecutorError, ExecutorInfo
+
+
+def make_executor(config: EngineConfig) -> Executor:
+    kind = config.resolved_executor
+    if kind == "uniproc":
+        from aioengine.engine.executor.uniproc import UniprocExecutor
+
+        return UniprocExecutor(config)
+    if kind == "mp":
+        from aioengine.engine.executor.mp import MultiprocExecutor
+
+        return MultiprocExecutor(config)
+    raise ValueError(f"unknown executor {kind!r}; expected 'uniproc' or 'mp'")
+
+
+__all__ = ["Executor", "ExecutorError", "ExecutorInfo", "make_executor"]
