@@ -1,17 +1,11 @@
-"""Small random Hugging Face models saved to disk (safetensors), one per supported variant,
-and a scheduler-like driver that runs our model over mixed prefill/decode steps."""
+"""Small random Hugging Face models saved to disk (safetensors), one per supported variant."""
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
-
-from aioengine.worker.attention import build_attention_metadata
-from aioengine.worker.kv_cache import allocate_kv_cache
 
 _BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -53,59 +47,3 @@ def make_hf_model(variant: str, path: str, seed: int = 0, **overrides: Any) -> A
                 param.normal_(0.0, 0.15)
     model.save_pretrained(path)
     return model.eval()
-
-
-@dataclass
-class Seq:
-    tokens: list[int]
-    prompt_len: int
-    blocks: list[int] = field(default_factory=list)
-    computed: int = 0
-    logits: dict[int, torch.Tensor] = field(default_factory=dict)  # position -> our logits
-
-
-class Driver:
-    """Runs our model over explicit step plans, allocating shuffled (non-contiguous) blocks,
-    greedily appending a token whenever a chunk reaches the end of a sequence."""
-
-    def __init__(self, model: Any, hf_config: Any, block_size: int, num_blocks: int = 200,
-                 seed: int = 0) -> None:
-        self.model = model
-        self.block_size = block_size
-        self.caches = allocate_kv_cache(hf_config, num_blocks, block_size, model.dtype, "cpu")
-        self.free = list(range(num_blocks))
-        random.Random(seed).shuffle(self.free)
-        self.seqs: list[Seq] = []
-
-    def add(self, prompt: list[int]) -> int:
-        self.seqs.append(Seq(list(prompt), len(prompt)))
-        return len(self.seqs) - 1
-
-    def step(self, plan: list[tuple[int, int]]) -> None:
-        """``plan``: (sequence index, number of tokens) chunks, in batch order."""
-        chunks, ids = [], []
-        for idx, num in plan:
-            seq = self.seqs[idx]
-            start = seq.computed
-            assert start + num <= len(seq.tokens), "chunk past the known tokens"
-            while len(seq.blocks) * self.block_size < start + num:
-                seq.blocks.append(self.free.pop())
-            chunks.append((start, num, seq.blocks))
-            ids.extend(seq.tokens[start:start + num])
-        meta = build_attention_metadata(chunks, self.block_size)
-        hidden = self.model(torch.tensor(ids), meta.positions, meta, self.caches)
-        logits = self.model.compute_logits(hidden)
-        row = 0
-        for idx, num in plan:
-            seq = self.seqs[idx]
-            for i in range(num):
-                seq.logits[seq.computed + i] = logits[row + i]
-            row += num
-            seq.computed += num
-            if seq.computed == len(seq.tokens):
-                seq.tokens.append(int(logits[row - 1].argmax()))
-
-    def decode_all(self, steps: int) -> None:
-        for _ in range(steps):
-            self.step([(i, 1) for i, s in enumerate(self.seqs)
-                       if s.computed == len(s.tokens) - 1])

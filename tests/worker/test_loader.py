@@ -14,7 +14,8 @@ from transformers import GPT2Config
 from aioengine.worker.loader import load_hf_config, load_model, resolve_device, resolve_dtype
 from aioengine.worker.models import build_model
 from aioengine.worker.models.spec import ModelSpec
-from tests.worker.hf_models import Driver, make_hf_model
+from tests.worker.driver import Driver
+from tests.worker.hf_models import make_hf_model
 
 
 @pytest.fixture(scope="module")
@@ -64,20 +65,20 @@ def test_missing_shard_listed_in_index(qwen_dir, tmp_path):
 
 
 def test_missing_path():
-    with pytest.raises(FileNotFoundError, match="neither a built-in model .* nor an existing "
-                                                "directory"):
+    with pytest.raises(FileNotFoundError, match=r"neither a built-in model .* nor an existing "
+                                                r"directory"):
         load_model("/nonexistent/model-dir", device="cpu")
 
 
 def test_no_config(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no config.json in model directory"):
+    with pytest.raises(FileNotFoundError, match=r"no config\.json in model directory"):
         load_model(str(tmp_path), device="cpu")
 
 
 def test_no_weights(qwen_dir, tmp_path):
     out = str(tmp_path)
     shutil.copy(os.path.join(qwen_dir[0], "config.json"), out)
-    with pytest.raises(FileNotFoundError, match="no safetensors weights .* load_format='dummy'"):
+    with pytest.raises(FileNotFoundError, match=r"no safetensors weights .* load_format='dummy'"):
         load_model(out, device="cpu")
 
 
@@ -119,7 +120,8 @@ def test_shape_mismatch_names_tensor_and_shapes(qwen_dir, tmp_path):
 
 
 def test_unsupported_architecture_names_supported_ones(tmp_path):
-    GPT2Config(n_layer=1, n_embd=32, n_head=2, architectures=["GPT2LMHeadModel"]).save_pretrained(str(tmp_path))
+    config = GPT2Config(n_layer=1, n_embd=32, n_head=2, architectures=["GPT2LMHeadModel"])
+    config.save_pretrained(str(tmp_path))
     with pytest.raises(ValueError, match=r"unsupported model architecture \['GPT2LMHeadModel'\]"
                                          r"; supported: \['LlamaForCausalLM', "
                                          r"'Qwen2ForCausalLM', 'Qwen3ForCausalLM'\]"):
@@ -192,6 +194,6 @@ def test_tensor_parallel_shapes_must_divide(qwen_dir):
                                          r"tensor_parallel_size \(2\)"):
         build_model(cfg, dtype=torch.float32, device="cpu", tp_rank=0, tp_size=2)
     cfg.num_key_value_heads = 2
-    with pytest.raises(RuntimeError, match="needs torch.distributed"):
+    with pytest.raises(RuntimeError, match=r"needs torch\.distributed"):
         build_model(cfg, dtype=torch.float32, device="cpu", tp_rank=1, tp_size=2)
     assert ModelSpec.from_hf(cfg).kv_heads_per_rank(2) == 1

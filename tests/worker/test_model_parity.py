@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from aioengine.worker.loader import load_model
-from tests.worker.hf_models import VARIANTS, Driver, make_hf_model
+from tests.worker.driver import Driver
+from tests.worker.hf_models import VARIANTS, make_hf_model
 
 PROMPT_LENS = (13, 29, 1, 8, 6, 40, 2, 3, 20, 20)
 DECODE_STEPS = 17
