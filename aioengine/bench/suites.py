@@ -8,6 +8,7 @@ from types import ModuleType
 
 SUITES: tuple[tuple[str, str, str], ...] = (
     ("transport", "aioengine.bench.transport", "IPC transports against stdlib baselines"),
+    ("kernels", "aioengine.bench.kernels", "decode/prefill of the model runner against HF"),
 )
 
 
