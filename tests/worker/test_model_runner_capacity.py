@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+from types import SimpleNamespace
+
 import psutil
 import pytest
 import torch
@@ -10,7 +14,6 @@ from aioengine.config import EngineConfig
 from aioengine.hub import resolve_model
 from aioengine.worker.capacity import determine_num_kv_blocks, max_context_len
 from aioengine.worker.kv_cache import kv_cache_bytes_per_block
-from aioengine.worker.loader import load_hf_config
 from aioengine.worker.models import ModelSpec
 
 CPU = torch.device("cpu")
@@ -18,7 +21,10 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def spec() -> ModelSpec:
-    return ModelSpec.from_hf(load_hf_config(resolve_model("tiny").model_path))
+    # The real config.json, read without transformers (keeps this module quick to import).
+    path = os.path.join(resolve_model("tiny").model_path, "config.json")
+    with open(path) as f:
+        return ModelSpec.from_hf(SimpleNamespace(**json.load(f)))
 
 
 def plan(spec: ModelSpec, dtype: torch.dtype = torch.float32, tp: int = 1, **cfg) -> int:

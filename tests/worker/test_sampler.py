@@ -90,6 +90,14 @@ def test_top_k_never_leaves_the_top_k() -> None:
     assert len(set(free)) > 20  # the uncut rows in the same batch are not truncated
 
 
+def test_top_k_above_the_vocabulary_is_no_cut() -> None:
+    probs = [0.5, 0.3, 0.15, 0.05] + [0.0] * 4
+    n = 4000
+    out = Sampler(VOCAB, seed=8).sample(logits_for(probs, n),
+                                        [st(SamplingParams(top_k=10**6))] * n)
+    assert counts(out.token_ids, VOCAB)[3] > 0.03 * n
+
+
 def test_top_p_respects_the_mass() -> None:
     probs = [0.5, 0.3, 0.15, 0.05] + [0.0] * 4
     n = 6000
