@@ -6,6 +6,7 @@ ran), ``payload`` (extra READY payload) and target-specific keys.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -16,6 +17,12 @@ from typing import Any
 import msgspec
 
 from aioengine.runtime import BusyLoopTarget, ChildSpec, LoopContext, Supervisor
+
+
+def expected_process_name(title: str) -> str:
+    """What psutil reports for a child titled ``title``: the whole title when setproctitle is
+    installed (it rewrites the command line), else the kernel's 15-byte name."""
+    return title if importlib.util.find_spec("setproctitle") else title[:15]
 
 
 def encode_args(**kwargs: Any) -> bytes:

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from aioengine.runtime import child_main, run_busy_loop
-from tests.runtime.targets import encode_args
+from tests.runtime.targets import encode_args, expected_process_name
 
 NAME = "aioengine-test-lifecycle"
 
@@ -43,8 +43,7 @@ def test_sigterm_wakes_a_blocked_step_then_shutdown_dead_exit_0_and_cleanup(tmp_
         ready = msgpack.unpackb(reader.recv_bytes())
         assert (startup["type"], ready["type"]) == ("STARTUP", "READY")
         assert ready["payload"] == {"pid": proc.pid} and ready["name"] == NAME
-        # The title is set (kernel comm name: first 15 bytes).
-        assert psutil.Process(proc.pid).name() == NAME[:15]
+        assert psutil.Process(proc.pid).name() == expected_process_name(NAME)
         os.kill(proc.pid, signal.SIGTERM)  # its step is blocked in recv() with no timeout
         rest = _read_all(reader)
         proc.join(10)

@@ -14,7 +14,7 @@ import pytest
 
 from aioengine.runtime import ChildSpec, EventType, Supervisor
 from aioengine.runtime.process_tree import wait_gone
-from tests.runtime.targets import encode_args
+from tests.runtime.targets import encode_args, expected_process_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,7 +29,8 @@ def test_sigkill_of_a_supervising_child_takes_its_children_down(tmp_path):
         middle = psutil.Process(ready["aioengine-test-middle"]["pid"])
         leaves = [psutil.Process(pid) for pid in ready["aioengine-test-middle"]["leaves"]]
         assert {leaf.ppid() for leaf in leaves} == {middle.pid}
-        assert [leaf.name() for leaf in leaves] == ["aioengine-test-", "aioengine-test-"]
+        assert [leaf.name() for leaf in leaves] == [
+            expected_process_name(f"aioengine-test-leaf{i}") for i in range(2)]
         killed_at = time.monotonic()
         middle.kill()
         assert wait_gone(leaves, 5) == []
@@ -63,7 +64,7 @@ def test_child_outlives_the_parent_thread_that_started_it():
 def test_host_exiting_without_shutdown_stops_its_children(tmp_path):
     marker = tmp_path / "cleaned"
     code = ("from aioengine.runtime import ChildSpec, Supervisor\n"
-            "from tests.runtime.targets import encode_args\n"
+            "from tests.runtime.targets import encode_args, expected_process_name\n"
             "sup = Supervisor()\n"
             "ready = sup.start([ChildSpec('aioengine-test-x', 'tests.runtime.targets:idle', "
             f"encode_args(marker={str(marker)!r}))], timeout=60)\n"
