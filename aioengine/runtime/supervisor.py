@@ -56,17 +56,30 @@ class ChildSpec:
                             f"as msgpack), got {type(self.args).__name__}")
 
 
+HOST_GRACE = 5.0
+NESTED_GRACE = 3.0
+
+
+def default_grace() -> float:
+    """5 s in the host; 3 s inside a child process (the engine supervising its workers), so a
+    child still stopping its own children gracefully is not SIGKILLed by its parent first."""
+    return HOST_GRACE if multiprocessing.parent_process() is None else NESTED_GRACE
+
+
 class Supervisor:
     """Start named children, wait for their READY, watch them, and stop them.
 
-    ``shutdown()`` is idempotent: SIGTERM, up to ``shutdown_grace`` seconds for every child (and
-    its descendants) to exit, then SIGKILL of whatever is left of the process tree. It also runs
-    when the supervisor is garbage-collected unclosed, and at interpreter exit; ``on_death`` may
-    refer back to the owner without keeping it alive (the monitor thread holds it weakly).
+    ``shutdown()`` is idempotent: SIGTERM, up to ``shutdown_grace`` seconds (default: see
+    ``default_grace``) for every child (and its descendants) to exit, then SIGKILL of whatever
+    is left of the process tree. It also runs when the supervisor is garbage-collected unclosed,
+    and at interpreter exit; ``on_death`` may refer back to the owner without keeping it alive
+    (the monitor thread holds it weakly).
     """
 
     def __init__(self, on_death: DeathCallback | None = None, *,
-                 shutdown_grace: float = 5.0) -> None:
+                 shutdown_grace: float | None = None) -> None:
+        if shutdown_grace is None:
+            shutdown_grace = default_grace()
         if shutdown_grace < 0:
             raise ValueError(f"shutdown_grace must be >= 0, got {shutdown_grace}")
         if on_death is not None and not callable(on_death):
@@ -126,6 +139,10 @@ class Supervisor:
         return self._state.wait_ready(timeout, names)
 
     # ---- watching ---------------------------------------------------------------------------
+    @property
+    def shutdown_grace(self) -> float:
+        return self._state.grace
+
     @property
     def names(self) -> list[str]:
         with self._state.lock:

@@ -156,7 +156,8 @@ class Middle(Idle):
                            encode_args(marker=marker))
                  for i, marker in enumerate(self.args["leaf_markers"])]
         ready = self.supervisor.start(specs, timeout=60)
-        return {"pid": os.getpid(), "leaves": [p["pid"] for p in ready.values()]}
+        return {"pid": os.getpid(), "leaves": [p["pid"] for p in ready.values()],
+                "grace": self.supervisor.shutdown_grace}
 
     def cleanup(self) -> None:
         if hasattr(self, "supervisor"):

@@ -27,6 +27,8 @@ def test_sigkill_of_a_supervising_child_takes_its_children_down(tmp_path):
         ready = sup.start([ChildSpec("aioengine-test-middle", "tests.runtime.targets:middle",
                                      encode_args(leaf_markers=markers))], timeout=60)
         middle = psutil.Process(ready["aioengine-test-middle"]["pid"])
+        # A nested supervisor stops its children faster than the host stops it.
+        assert sup.shutdown_grace == 5.0 and ready["aioengine-test-middle"]["grace"] == 3.0
         leaves = [psutil.Process(pid) for pid in ready["aioengine-test-middle"]["leaves"]]
         assert {leaf.ppid() for leaf in leaves} == {middle.pid}
         assert [leaf.name() for leaf in leaves] == [
