@@ -131,6 +131,18 @@ def not_a_target(raw: bytes) -> int:
     return 42
 
 
+class StuckCleanup(Idle):
+    """Its cleanup starts (writes the marker) and then hangs."""
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        time.sleep(60)
+
+
+def stuck_cleanup(raw: bytes) -> StuckCleanup:
+    return StuckCleanup(_args(raw))
+
+
 class Stubborn(Idle):
     """Starts a grandchild, then its step never returns: only SIGKILL stops it."""
 
@@ -152,7 +164,8 @@ class Middle(Idle):
 
     def init(self, ctx: LoopContext) -> dict[str, Any]:
         self.supervisor = Supervisor(lambda name, code: ctx.request_shutdown(f"{name} died"))
-        specs = [ChildSpec(f"aioengine-test-leaf{i}", "tests.runtime.targets:idle",
+        leaf = self.args.get("leaf_target", "tests.runtime.targets:idle")
+        specs = [ChildSpec(f"aioengine-test-leaf{i}", leaf,
                            encode_args(marker=marker))
                  for i, marker in enumerate(self.args["leaf_markers"])]
         ready = self.supervisor.start(specs, timeout=60)

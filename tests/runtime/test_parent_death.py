@@ -45,6 +45,22 @@ def test_sigkill_of_a_supervising_child_takes_its_children_down(tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_orphan_with_stuck_cleanup_exits_on_its_own(tmp_path):
+    marker = str(tmp_path / "leaf0")
+    with Supervisor() as sup:
+        ready = sup.start([ChildSpec("aioengine-test-middle", "tests.runtime.targets:middle",
+                                     encode_args(leaf_markers=[marker],
+                                                 leaf_target="tests.runtime.targets:stuck_cleanup"))],
+                          timeout=60)
+        leaf = psutil.Process(ready["aioengine-test-middle"]["leaves"][0])
+        psutil.Process(ready["aioengine-test-middle"]["pid"]).kill()
+        # Its cleanup hangs for 60 s; the parent watch's deadline (1.5 s) ends it instead.
+        assert wait_gone([leaf], 5) == []
+    with open(marker) as f:
+        assert f.read() == f"cleaned {leaf.pid}"
+
+
+@pytest.mark.timeout(90)
 def test_child_outlives_the_parent_thread_that_started_it():
     # PR_SET_PDEATHSIG fires when the starting *thread* exits; the child must check its parent
     # process before shutting down (hosts often start engines from worker threads).
