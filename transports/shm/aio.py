@@ -36,9 +36,9 @@ class ShmAsyncWriter(AsyncWriter):
             check_timeout(timeout)
         core.ops += 1
         try:
-            if core.fast and not buffers and type(header) is bytes:
+            if core.fast:
                 core.check_peers()
-                if core.ring.put_small(header):
+                if core.ring.put_now(header, buffers):
                     return
             deadline = _deadline(timeout)
             core.check_usable()

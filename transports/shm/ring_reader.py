@@ -1,10 +1,9 @@
 """The reading half of the ring (one per reader; broadcast readers each own a tail cursor).
 
 A ``MSG`` record is returned as views straight into the ring and stays there until the next
-``recv``: its bytes are released lazily by ``release()``, so cancelling or timing out a wait
-never loses a message (nothing is consumed until it is handed out). A streamed message is
-copied chunk by chunk into an assembly buffer (reused across messages), releasing each chunk
-at once so the writer can keep streaming.
+``recv``, which publishes the tail past it: cancelling or timing out a wait never loses a
+message (nothing is consumed until it is handed out). A streamed message is copied chunk by
+chunk into an assembly buffer (reused across messages), each chunk freed as soon as copied.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ class RingReader:
         self._buf: bytearray | None = None  # assembly storage, reused
 
     def release(self) -> None:
-        """Give the writer back everything read so far (including the held message)."""
+        """The caller is done with the held message: give its space back to the writer."""
         if self._next != self._tail:
             self._publish_tail()
 
@@ -89,8 +88,17 @@ class RingReader:
         pos = self._pos
         w = pos >> 3
         words = self._words
-        if words[w] != _MSG1 or self._asm is not None:
-            return self.poll()
+        word = words[w]
+        if word != _MSG1:
+            if word & 0xFFFFFFFF != MSG or self._asm is not None:
+                return self.poll()
+            size, nparts = words[w + 1], word >> 32
+            if nparts == 0 or not FIXED + 8 * nparts <= size <= min(self._cap - pos,
+                                                                     self._seen - nxt):
+                raise self._corrupt(f"MSG of {size} bytes with {nparts} parts")
+            msg = self._message(pos, nparts, size)
+            self._advance(size)
+            return msg
         size, n = words[w + 1], words[w + 2]
         if not 24 + n <= size <= min(self._cap - pos, self._seen - nxt):
             raise self._corrupt(f"MSG of {size} bytes with a {n}-byte header")
@@ -137,21 +145,17 @@ class RingReader:
                 raise self._corrupt(f"unknown record kind {kind}")
 
     def _message(self, pos: int, nparts: int, size: int) -> Message:
-        data, words = self._data, self._words
-        if nparts == 1:
-            n = words[(pos >> 3) + 2]
-            if FIXED + 8 + n > size:
-                raise self._corrupt(f"part of {n} bytes in a {size}-byte record")
-            return Message(data[pos + 24:pos + 24 + n], [])
+        data = self._data
         first = (pos >> 3) + 2
-        lens = words[first:first + nparts].tolist()
+        lens = self._words[first:first + nparts].tolist()
         p = pos + FIXED + 8 * nparts
+        end = pos + size
         views = []
         for n in lens:
+            if p + n > end:
+                raise self._corrupt(f"parts {lens} overflow a {size}-byte record")
             views.append(data[p:p + n])
-            p += pad8(n)
-        if p - pad8(lens[-1]) + lens[-1] > pos + size:
-            raise self._corrupt(f"parts {lens} overflow a {size}-byte record")
+            p += (n + 7) & ~7
         return Message(views[0], views[1:])
 
     def _begin(self, pos: int, nparts: int) -> None:

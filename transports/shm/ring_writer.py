@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from transports._buffers import message_views
+from transports._buffers import MAX_BUFFERS, message_views
 from transports.base import Buffer
 from transports.shm import segment as S
 from transports.shm.ordering import BIG_RECORD, FENCE_EVERY_CURSOR
@@ -50,10 +50,54 @@ class RingWriter:
         self._out: _Out | None = None
 
     # ---- the hot path ------------------------------------------------------------------------
-    def put_small(self, header: bytes) -> bool:
-        """Publish a header-only message in one record if it fits right now, without staging
-        anything (the common small message; everything else goes through ``start``/``pump``).
-        False means nothing was written."""
+    def put_now(self, header: object, buffers: Sequence[object]) -> bool:
+        """Publish a message of plain byte parts (bytes, bytearray, flat byte memoryviews) in
+        one record if it fits right now. False means nothing was written: anything unusual
+        (other buffer types, bad input, a streamed size, a full ring, the ring's end) is left
+        to ``start``/``pump``, which validate properly."""
+        if not buffers and type(header) is bytes:
+            return self._put_header(header)
+        if buffers:
+            if (type(buffers) is not list and type(buffers) is not tuple) \
+                    or len(buffers) > MAX_BUFFERS:
+                return False
+            parts = [header, *buffers]
+        else:
+            parts = [header]
+        body = 0
+        lens = []
+        for part in parts:
+            kind = type(part)
+            if kind is not bytes and kind is not bytearray and not (
+                    kind is memoryview and part.format == "B" and part.ndim == 1  # type: ignore
+                    and part.c_contiguous):  # type: ignore[attr-defined]
+                return False
+            n = len(part)  # type: ignore[arg-type]
+            lens.append(n)
+            body += (n + 7) & ~7
+        nparts = len(parts)
+        size = FIXED + 8 * nparts + body
+        pos = self._pos
+        if size > self._max_record or pos + size > self._cap:
+            return False
+        if self._head + size > self._limit:
+            self._refresh()
+            if self._head + size > self._limit:
+                return False
+        words, data, w = self._words, self._data, pos >> 3
+        words[w] = MSG | nparts << 32
+        words[w + 1] = size
+        p = pos + FIXED + 8 * nparts
+        for k in range(nparts):
+            n = lens[k]
+            words[w + 2 + k] = n
+            data[p:p + n] = parts[k]  # type: ignore[index]
+            p += (n + 7) & ~7
+        self._commit(pos, size, size >= BIG_RECORD)
+        return True
+
+    def _put_header(self, header: bytes) -> bool:
+        """``put_now`` for the commonest message: one bytes header, nothing else."""
         n = len(header)
         size = 24 + ((n + 7) & ~7)
         pos = self._pos
@@ -248,12 +292,6 @@ class RingWriter:
                 os.eventfd_write(fd, 1)
 
     # ---- liveness ----------------------------------------------------------------------------
-    def any_reader_closed(self) -> bool:
-        slots = self._slots
-        if len(self._closed) == 1:
-            return slots[self._closed[0]] != 0
-        return any(slots[slot] for slot in self._closed)
-
     def closed_reader(self) -> int | None:
         """The rank of a reader that closed its end, if any."""
         slots = self._slots

@@ -48,6 +48,8 @@ class WriterCore(Core):
             self._fds.append(self.space_efd)
             wake = [(S.reader_sleeping_slot(r), fd) for r, fd in enumerate(self._reader_efds)]
             self.ring = RingWriter(self._seg, wake, self._fence)
+            self._slots = self._seg.slots
+            self._closed_slots = [S.reader_closed_slot(r) for r in range(num_readers)]
         except BaseException:
             self.close()
             raise
@@ -146,9 +148,11 @@ class WriterCore(Core):
     def check_peers(self) -> None:
         """Raise if a reader closed (shared-memory flag, every call) or died (its connection,
         polled at most every LIVENESS_INTERVAL unless ``poll_links`` is called directly)."""
-        if self.ring.any_reader_closed():
-            rank = self.ring.closed_reader()
-            raise self.fail(PeerClosedError(f"reader {rank} of {self.url} closed its end"))
+        slots = self._slots
+        for slot in self._closed_slots:
+            if slots[slot]:
+                rank = self.ring.closed_reader()
+                raise self.fail(PeerClosedError(f"reader {rank} of {self.url} closed its end"))
         now = time.monotonic()
         if now >= self._next_check:
             self._next_check = now + LIVENESS_INTERVAL
