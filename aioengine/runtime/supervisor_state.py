@@ -65,15 +65,24 @@ class SupervisorState:
 
     def add(self, name: str, process: BaseProcess, reader: Connection) -> None:
         with self.lock:
-            self.children[name] = ChildState(name, process, reader)
-            if self._monitor is None:
-                self._monitor = threading.Thread(target=self._run_monitor, daemon=True,
-                                                 name="aioengine-supervisor-monitor")
-                self._monitor.start()
-        self._wake()
+            if not self.stopping:
+                self.children[name] = ChildState(name, process, reader)
+                if self._monitor is None:
+                    self._monitor = threading.Thread(target=self._run_monitor, daemon=True,
+                                                     name="aioengine-supervisor-monitor")
+                    self._monitor.start()
+                self._wake()
+                return
+        # shutdown() ran while this child was being spawned: it is not ours to keep.
+        process.kill()
+        process.join()
+        reader.close()
+        raise RuntimeError(f"the supervisor was shut down while {name!r} was starting")
 
     def _wake(self) -> None:
-        with contextlib.suppress(BlockingIOError, OSError):
+        """Interrupt the monitor's wait (it re-reads the child list). Call with ``lock`` held,
+        or from ``shutdown`` before the pipe is closed."""
+        with contextlib.suppress(BlockingIOError):
             os.write(self._wake_w, b"x")
 
     # ---- monitor thread ---------------------------------------------------------------------
@@ -197,7 +206,7 @@ class SupervisorState:
                 self.stopping = True
                 children = list(self.children.values())
                 self.cond.notify_all()
-            self._wake()
+                self._wake()
             monitor = self._monitor
             if monitor is not None and monitor is not threading.current_thread():
                 monitor.join(timeout=2.0)  # it exits at once unless a callback is running

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import psutil
@@ -134,3 +135,28 @@ def test_bad_supervisor_use_is_rejected():
         sup.spawn(spec)
     with pytest.raises(KeyError, match="no child named 'nobody'"):
         sup.pid("nobody")
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05])
+def test_shutdown_racing_a_spawn_leaves_no_child(delay):
+    sup = Supervisor()
+    outcome: list[object] = []
+
+    def spawn() -> None:
+        try:
+            outcome.append(sup.spawn(ChildSpec("aioengine-test-race",
+                                               "tests.runtime.targets:idle")))
+        except RuntimeError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=spawn)
+    thread.start()
+    time.sleep(delay)  # 0: usually shuts down mid-spawn; 0.05: usually after it
+    sup.shutdown()
+    thread.join(30)
+    assert len(outcome) == 1
+    if isinstance(outcome[0], RuntimeError):
+        assert "shut down" in str(outcome[0])
+    else:  # the spawn won the race: shutdown stopped the child
+        assert sup.exitcode("aioengine-test-race") is not None
+    # Either way the autouse leak check proves no process is left behind.
