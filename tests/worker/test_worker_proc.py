@@ -15,8 +15,8 @@ from aioengine.messages.worker_io import (
     WorkerCall,
     WorkerError,
 )
-from aioengine.runtime import EngineStartupError, EventType
-from aioengine.worker.worker_proc import WorkerLaunch, make_worker_target
+from aioengine.runtime import ChildSpec, EngineStartupError, EventType, Supervisor
+from aioengine.worker.worker_proc import TARGET, WorkerLaunch, make_worker_target
 from tests.worker.step_driver import StepDriver
 from tests.worker.worker_harness import WorkerFailed, WorkerHarness
 
@@ -108,6 +108,8 @@ def test_launch_validation() -> None:
 
 
 def test_startup_failure_is_reported() -> None:
-    with pytest.raises(EngineStartupError, match=r"exceeds the model's context"):
-        WorkerHarness(CONFIG.replace(max_model_len=10**6), transport="shm",
-                      startup_timeout=120)
+    """A worker that cannot start reports ERROR with its traceback (and leaves nothing)."""
+    with Supervisor() as sup, pytest.raises(EngineStartupError) as info:
+        sup.start([ChildSpec("aioengine-worker-tp0", TARGET, b"\x93\x01\x02")], 120)
+    assert "malformed WorkerLaunch" in str(info.value)
+    assert info.value.child_traceback and "make_worker_target" in info.value.child_traceback
