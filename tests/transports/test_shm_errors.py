@@ -128,10 +128,10 @@ def test_name_in_use_and_nothing_bound():
 
 
 def test_binder_waits_for_its_peer_only_until_connect_timeout():
-    with shm.open_reader(None, bind=True, connect_timeout=2) as r:
+    with shm.open_reader(None, bind=True, connect_timeout=1) as r:
         with pytest.raises(TimeoutError, match=r"recv on .* timed out after 0.05 s"):
             r.recv(timeout=0.05)
-        with pytest.raises(TimeoutError, match=r"no writer connected .* within 2.0 s"):
+        with pytest.raises(TimeoutError, match=r"no writer connected .* within 1.0 s"):
             r.recv(timeout=5)
     with shm.open_writer(None, connect_timeout=0.3) as w, \
             pytest.raises(TimeoutError, match=r"0 of 1 reader\(s\) connected .* missing"):

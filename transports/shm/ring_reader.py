@@ -62,7 +62,10 @@ class RingReader:
         slots = self._slots
         slots[self._tail_slot] = self._tail
         self._fence()  # Dekker with the writer's sleeping flag, as in RingWriter._commit
-        if slots[S.WRITER_SLEEPING]:
+        want = slots[S.WRITER_SLEEPING]  # 0, or the free bytes the sleeping writer waits for
+        if want and self._cap - (slots[S.HEAD] - self._tail) >= want:
+            # Every published tail re-checks this, and a reader that runs dry publishes
+            # everything before it sleeps (free == capacity >= want): no wake-up is lost.
             slots[S.WRITER_SLEEPING] = 0
             os.eventfd_write(self._space_efd, 1)
 

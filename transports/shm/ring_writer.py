@@ -301,10 +301,12 @@ class RingWriter:
         return None
 
     def arm(self) -> bool:
-        """Announce we sleep for space; False (flag withdrawn) if space or a closed reader
-        turned up meanwhile, in which case the caller must not sleep."""
+        """Announce we sleep for space; False (announcement withdrawn) if space or a closed
+        reader turned up meanwhile, in which case the caller must not sleep."""
         slots = self._slots
-        slots[S.WRITER_SLEEPING] = 1
+        # Ask to be woken only once a quarter of the ring (or what we need) is free, so a
+        # writer outpacing its reader refills in batches instead of a wake-up per message.
+        slots[S.WRITER_SLEEPING] = max(self._need, self._cap // 4)
         self._fence()  # Dekker: flag store before re-reading the tails
         if self.has_space() or self.closed_reader() is not None:
             slots[S.WRITER_SLEEPING] = 0

@@ -6,7 +6,7 @@ so a writer publishing ``HEAD`` does not bounce the line a reader is storing its
 
     line 0   magic, version, capacity, num_readers          (written once by the creator)
     line 1   HEAD              bytes ever published by the writer
-    line 2   WRITER_SLEEPING   1 while the writer sleeps for space
+    line 2   WRITER_SLEEPING   while the writer sleeps: the free bytes it waits for
     line 3   WRITER_CLOSED     1 once the writer closed
     per reader r, two lines:
              tail(r), reader_closed(r)   bytes reader r consumed; 1 once it closed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import select
 import time
 from collections.abc import Callable, Generator
@@ -33,12 +34,13 @@ class Spinner:
         budget = self.budget
         if budget <= 0:
             return False
-        now = time.monotonic_ns
+        now, pause = time.monotonic_ns, os.sched_yield
         end = now() + budget
         while not ready():
             if now() >= end:
                 self.budget = budget // 2 if budget > 500 else 0
                 return False
+            pause()  # on a busy box, lend the CPU (the peer may need it to make progress)
         return True
 
     def slept(self, ns: int) -> None:
