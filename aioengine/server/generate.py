@@ -139,7 +139,7 @@ class GenerateHandlers:
             if m.time_to_first_token is not None:
                 self._metrics.first_token(m.time_to_first_token)
             for gap in m.inter_token_latencies:
-                self._metrics.tokens(gap, 1)
+                self._metrics.inter_token(gap)
             if m.e2e_latency is not None:
                 self._metrics.finished(m.e2e_latency)
 

@@ -89,12 +89,8 @@ class ServerMetrics:
     def first_token(self, seconds: float) -> None:
         self.ttft.labels(self._model).observe(seconds)
 
-    def tokens(self, seconds: float, count: int) -> None:
-        """``count`` tokens arrived ``seconds`` after the previous ones: one ITL sample each."""
-        each = seconds / count
-        hist = self.itl.labels(self._model)
-        for _ in range(count):
-            hist.observe(each)
+    def inter_token(self, seconds: float) -> None:
+        self.itl.labels(self._model).observe(seconds)
 
     def finished(self, seconds: float) -> None:
         self.e2e.labels(self._model).observe(seconds)

@@ -63,8 +63,9 @@ class ServerProcess:
         assert not alive, f"processes left behind: {alive}"
 
     def kill(self) -> None:
-        for p in [*self.descendants, psutil.Process(self.proc.pid)] if self.proc.poll() is None \
-                else self.descendants:
+        """SIGKILL the server and every process it started."""
+        self.proc.kill()
+        for p in getattr(self, "descendants", []):
             try:
                 p.kill()
             except psutil.NoSuchProcess:

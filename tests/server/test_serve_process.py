@@ -4,10 +4,13 @@ engine death, bad flags, and no torch in the host."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 
 import aiohttp
+import httpx2
+import openai
 import psutil
 import pytest
 
@@ -30,10 +33,8 @@ def test_bad_engine_flag_is_a_usage_error():
 
 
 async def test_openai_client_then_sigterm_mid_stream():
-    from openai import AsyncOpenAI
-
     with ServerProcess("--grace-period", "2") as srv:
-        oai = AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
+        oai = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
         try:
             r = await oai.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=4)
@@ -49,8 +50,8 @@ async def test_openai_client_then_sigterm_mid_stream():
             try:
                 async for _ in stream:
                     received += 1
-            except Exception:
-                pass
+            except (httpx2.HTTPError, openai.OpenAIError):
+                pass  # aborted at the end of the grace period: the connection was closed
             assert received <= 240
         finally:
             await oai.close()
@@ -66,9 +67,17 @@ async def test_engine_death_turns_health_to_503():
         async with aiohttp.ClientSession() as s:
             async with s.get(srv.url + "/health") as resp:
                 assert resp.status == 200
+            body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+            stream = await s.post(srv.url + "/v1/completions", json=body)
+            await stream.content.readuntil(b"\n\n")  # streaming has begun
             for child in srv.descendants:
                 child.kill()
             psutil.wait_procs(srv.descendants, timeout=10)
+            # The open stream ends with an error event, then [DONE].
+            rest = (await stream.read()).decode().split("\n\n")
+            assert rest[-2:] == ["data: [DONE]", ""], rest[-3:]
+            error = json.loads(rest[-3][len("data: "):])["error"]
+            assert error["code"] == "engine_dead", error
             for _ in range(200):
                 async with s.get(srv.url + "/health") as resp:
                     if resp.status == 503:
