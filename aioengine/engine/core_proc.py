@@ -13,6 +13,7 @@ and leaves through ERROR.
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import threading
@@ -104,6 +105,10 @@ class EngineProc(BusyLoopTarget):
             thread = threading.Thread(target=fn, args=(ctx,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        # Everything built so far (modules, the model) lives as long as the process: keep it
+        # out of the collector's scans, which otherwise stall steps and the interpreter's exit
+        # for seconds on a loaded machine.
+        gc.freeze()
         return self.core.ready_payload
 
     def step(self, ctx: LoopContext) -> None:
