@@ -20,22 +20,24 @@ def test_slot_mapping_positions_and_offsets():
     assert meta.last_token_index.tolist() == [2, 4, 5]
     assert meta.block_tables.tolist() == [[5, 0], [2, 7], [9, 3]]
     assert meta.decode is not None and meta.decode.token_index.tolist() == [5]
-    assert meta.decode.slots.tolist() == [[36, 37, 38, 39, 12]]
-    assert meta.decode.mask.shape == (1, 1, 1, 5)
+    assert meta.decode.blocks.tolist() == [[9, 3]]
+    assert meta.decode.mask.view(-1).tolist() == [True] * 5 + [False] * 3
 
 
 def test_decode_only_step_needs_no_scatter():
     meta = build_attention_metadata([(7, 1, [1, 2]), (2, 1, [3])], 4)
     assert meta.prefills == [] and meta.decode is not None
     assert meta.decode.token_index is None
+    assert meta.decode.blocks.tolist() == [[1, 2], [3, 0]]
     assert meta.decode.mask[:, 0, 0].tolist() == [[True] * 8, [True] * 3 + [False] * 5]
 
 
 def test_prefill_grouping():
     lone = build_attention_metadata([(0, 5, [1, 2])], 4).prefills
-    assert len(lone) == 1 and lone[0].slots is None and lone[0].token_slice == (0, 5)
-    prefixed = build_attention_metadata([(4, 3, [1, 2])], 4).prefills
-    assert prefixed[0].slots is not None and prefixed[0].mask.shape == (1, 1, 3, 7)
+    assert len(lone) == 1 and lone[0].blocks is None and lone[0].token_slice == (0, 5)
+    prefixed = build_attention_metadata([(4, 3, [1, 2, 7])], 4).prefills
+    assert prefixed[0].blocks.tolist() == [[1, 2]]
+    assert prefixed[0].mask[0, 0].tolist() == [[True] * r + [False] * (8 - r) for r in (5, 6, 7)]
     similar = build_attention_metadata([(0, 5, [1, 2]), (0, 6, [3, 4])], 4).prefills
     assert len(similar) == 1 and similar[0].num_seqs == 2 and similar[0].max_q == 6
     uneven = build_attention_metadata([(0, 40, list(range(10))), (0, 2, [11]),

@@ -24,10 +24,11 @@ _MAX_PADDING_WASTE = 2.0
 
 @dataclass
 class DecodeGroup:
-    """All one-token chunks: queries ``[B]``, keys gathered into ``[B, L]`` slots."""
+    """All one-token chunks: queries ``[B]``; keys gathered whole blocks at a time, ``blocks``
+    ``[B, nb]``, giving ``L = nb * block_size`` key positions per sequence (tail masked)."""
 
     token_index: torch.Tensor | None  # [B] rows of the flat batch; None: all T rows, in order
-    slots: torch.Tensor  # [B, L] cache slots (padding points at a real slot, masked out)
+    blocks: torch.Tensor  # [B, nb] block ids (padding points at a real block, masked out)
     mask: torch.Tensor  # [B, 1, 1, L] bool, True = attend
 
 
@@ -38,7 +39,7 @@ class PrefillGroup:
     One chunk: queries are the contiguous rows ``token_slice``. Several: ``token_index`` gathers
     them padded to ``[P, max_q]``; ``valid_rows`` picks the real rows of that padded
     layout and ``out_index`` says where each goes in the flat batch.
-    ``slots`` is None for a lone chunk starting at position 0: its keys are exactly its own
+    ``blocks`` is None for a lone chunk starting at position 0: its keys are exactly its own
     fresh k/v (just written to the cache), so it attends to them directly with a causal mask.
     """
 
@@ -48,7 +49,7 @@ class PrefillGroup:
     token_index: torch.Tensor | None  # [P * max_q]
     valid_rows: torch.Tensor | None  # [n_valid] rows of the padded [P * max_q] layout
     out_index: torch.Tensor | None  # [n_valid] rows of the flat batch
-    slots: torch.Tensor | None  # [P, L]
+    blocks: torch.Tensor | None  # [P, nb], L = nb * block_size keys
     mask: torch.Tensor | None  # [P, 1, max_q, L] bool, causal within the chunk
 
 
@@ -78,6 +79,7 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
     lens: list[int] = []
     ctxs: list[int] = []
     max_blocks = 1
+    tables: list[Sequence[int]] = []
     for i, (start, num, table) in enumerate(chunks):
         if start < 0 or num < 1:
             raise ValueError(f"chunk {i}: start_pos must be >= 0 and num_tokens >= 1, got "
@@ -91,15 +93,19 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
         starts.append(start)
         lens.append(num)
         ctxs.append(ctx)
+        tables.append(table[:needed])
         max_blocks = max(max_blocks, needed)
-    tables = [list(t[:max_blocks]) + [0] * (max_blocks - min(len(t), max_blocks))
-              for _, _, t in chunks]
+    flat: list[int] = []
+    pad = [0] * max_blocks
+    for t in tables:
+        flat.extend(t)
+        flat.extend(pad[:max_blocks - len(t)])
 
     n = len(chunks)
     start_t = torch.tensor(starts, dtype=torch.long)
     len_t = torch.tensor(lens, dtype=torch.long)
     ctx_t = start_t + len_t
-    table_t = torch.tensor(tables, dtype=torch.long)
+    table_t = torch.tensor(flat, dtype=torch.long).view(n, max_blocks)
     if table_t.numel() and int(table_t.min()) < 0:
         raise ValueError("block ids must be >= 0")
     qsl = torch.zeros(n + 1, dtype=torch.long)
@@ -115,10 +121,12 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
     decode = None
     if decode_ids:
         ids = torch.tensor(decode_ids, dtype=torch.long)
-        slots, mask = _gather_layout(table_t[ids], ctx_t[ids], block_size)
+        every = len(decode_ids) == n
+        blocks, mask = _gather_layout(table_t if every else table_t[ids],
+                                      ctx_t if every else ctx_t[ids], block_size)
         decode = DecodeGroup(
             token_index=None if len(decode_ids) == total else qsl[ids],
-            slots=slots, mask=mask.view(len(decode_ids), 1, 1, -1))
+            blocks=blocks, mask=mask.view(len(decode_ids), 1, 1, -1))
     prefills = [_prefill_group(g, starts, lens, qsl, table_t, ctx_t, block_size)
                 for g in _group_prefills(prefill_ids, starts, lens)]
 
@@ -131,14 +139,12 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
 
 def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
                    block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slots ``[B, L]`` (L = max context) and a key-validity mask ``[B, L]``."""
-    length = int(ctx.max())
-    nblocks = -(-length // block_size)
-    offsets = torch.arange(block_size)
-    slots = (tables[:, :nblocks, None] * block_size + offsets).reshape(len(tables), -1)
-    slots = slots[:, :length].contiguous()
-    mask = torch.arange(length)[None, :] < ctx[:, None]
-    return slots, mask
+    """Blocks ``[B, nb]`` covering the longest context, and a key mask ``[B, nb*block_size]``
+    (gathering whole blocks: 1/block_size as many indices as gathering slots)."""
+    nblocks = -(-int(ctx.max()) // block_size)
+    blocks = tables[:, :nblocks]
+    mask = torch.arange(nblocks * block_size)[None, :] < ctx[:, None]
+    return blocks, mask
 
 
 def _group_prefills(ids: list[int], starts: list[int], lens: list[int]) -> list[list[int]]:
@@ -160,23 +166,25 @@ def _prefill_group(ids: list[int], starts: list[int], lens: list[int], qsl: torc
         span = (begin, begin + lens[i])
         if starts[i] == 0:
             return PrefillGroup(1, lens[i], span, None, None, None, None, None)
+    # (one chunk over a cached prefix, or several chunks: keys come from the cache)
     idx = torch.tensor(ids, dtype=torch.long)
     lens_g = torch.tensor([lens[i] for i in ids], dtype=torch.long)
     starts_g = torch.tensor([starts[i] for i in ids], dtype=torch.long)
     max_q = int(lens_g.max())
     rows = torch.arange(max_q)
     valid = rows[None, :] < lens_g[:, None]  # [P, max_q]
-    slots, _ = _gather_layout(tables[idx], ctx[idx], block_size)
+    blocks, _ = _gather_layout(tables[idx], ctx[idx], block_size)
     # Query r of chunk p sees keys 0..start_p + r; padding rows see key 0 only (never all-masked,
     # which would give NaN), and are dropped afterwards.
     limit = torch.where(valid, starts_g[:, None] + rows[None, :], 0)
-    mask = (torch.arange(slots.shape[1])[None, None, :] <= limit[:, :, None]).unsqueeze(1)
+    keys = torch.arange(blocks.shape[1] * block_size)
+    mask = (keys[None, None, :] <= limit[:, :, None]).unsqueeze(1)
     if len(ids) == 1:
-        return PrefillGroup(1, max_q, span, None, None, None, slots, mask)
+        return PrefillGroup(1, max_q, span, None, None, None, blocks, mask)
     token_index = torch.where(valid, qsl[idx][:, None] + rows[None, :], 0).reshape(-1)
     valid_rows = valid.reshape(-1).nonzero().squeeze(1)
     return PrefillGroup(len(ids), max_q, None, token_index, valid_rows,
-                        token_index[valid_rows], slots, mask)
+                        token_index[valid_rows], blocks, mask)
 
 
 def _to_device(meta: AttentionMetadata, device: torch.device | str) -> AttentionMetadata:
@@ -185,9 +193,9 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
 
     decode = meta.decode
     if decode is not None:
-        decode = DecodeGroup(mv(decode.token_index), mv(decode.slots), mv(decode.mask))
+        decode = DecodeGroup(mv(decode.token_index), mv(decode.blocks), mv(decode.mask))
     prefills = [PrefillGroup(g.num_seqs, g.max_q, g.token_slice, mv(g.token_index),
-                             mv(g.valid_rows), mv(g.out_index), mv(g.slots), mv(g.mask))
+                             mv(g.valid_rows), mv(g.out_index), mv(g.blocks), mv(g.mask))
                 for g in meta.prefills]
     return AttentionMetadata(
         num_tokens=meta.num_tokens, num_seqs=meta.num_seqs, block_size=meta.block_size,

@@ -22,62 +22,65 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     flat[1].index_copy_(0, slot_mapping, v)
 
 
+def _gather(kv_cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """K and V of whole blocks: ``[2, B, Hkv, nb * block_size, D]``."""
+    g = kv_cache[:, blocks]  # [2, B, nb, bs, Hkv, D], contiguous
+    two, b, nb, bs, hkv, d = g.shape
+    return g.view(two, b, nb * bs, hkv, d).transpose(2, 3)
+
+
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` of this step -> output ``[T, Hq, D]``."""
     write_kv(kv_cache, k, v, meta.slot_mapping)
-    flat = kv_cache.view(2, -1, k.shape[1], k.shape[2])
     dec = meta.decode
     if dec is not None and dec.token_index is None:  # a pure decode step: no scatter needed
-        return _decode(q, flat, dec, scale)
+        return _decode(q, kv_cache, dec, scale)
     out = torch.empty_like(q)
     if dec is not None:
         assert dec.token_index is not None
-        res = _decode(q.index_select(0, dec.token_index), flat, dec, scale)
+        res = _decode(q.index_select(0, dec.token_index), kv_cache, dec, scale)
         out.index_copy_(0, dec.token_index, res)
     for group in meta.prefills:
-        _prefill(q, k, v, flat, group, scale, out)
+        _prefill(q, k, v, kv_cache, group, scale, out)
     return out
 
 
-def _decode(q: torch.Tensor, flat: torch.Tensor, group: DecodeGroup,
+def _decode(q: torch.Tensor, kv_cache: torch.Tensor, group: DecodeGroup,
             scale: float) -> torch.Tensor:
     # One query per sequence: fold the query heads sharing a kv head into the "query length"
     # axis, [B, Hkv, G, D], so SDPA needs no repeated K/V and the mask broadcasts over G.
     b, hq, d = q.shape
-    hkv = flat.shape[2]
-    keys = flat[0][group.slots].transpose(1, 2)  # [B, Hkv, L, D]
-    values = flat[1][group.slots].transpose(1, 2)
-    out = F.scaled_dot_product_attention(q.view(b, hkv, hq // hkv, d), keys, values,
+    hkv = kv_cache.shape[3]
+    kv = _gather(kv_cache, group.blocks)
+    out = F.scaled_dot_product_attention(q.view(b, hkv, hq // hkv, d), kv[0], kv[1],
                                          attn_mask=group.mask, scale=scale)
     return out.reshape(b, hq, d)
 
 
-def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, flat: torch.Tensor,
+def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
              group: PrefillGroup, scale: float, out: torch.Tensor) -> None:
     gqa = q.shape[1] != k.shape[1]
     if group.token_slice is not None:
         lo, hi = group.token_slice
         qs = q[lo:hi].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
-        if group.slots is None:  # fresh sequence: its keys are this chunk's own k/v
+        if group.blocks is None:  # fresh sequence: its keys are this chunk's own k/v
             keys = k[lo:hi].transpose(0, 1).unsqueeze(0)
             values = v[lo:hi].transpose(0, 1).unsqueeze(0)
             res = F.scaled_dot_product_attention(qs, keys, values, is_causal=True, scale=scale,
                                                  enable_gqa=gqa)
         else:
-            keys = flat[0][group.slots].transpose(1, 2)
-            values = flat[1][group.slots].transpose(1, 2)
-            res = F.scaled_dot_product_attention(qs, keys, values, attn_mask=group.mask,
+            kv = _gather(kv_cache, group.blocks)
+            res = F.scaled_dot_product_attention(qs, kv[0], kv[1], attn_mask=group.mask,
                                                  scale=scale, enable_gqa=gqa)
         out[lo:hi] = res[0].transpose(0, 1)
         return
     assert group.token_index is not None and group.valid_rows is not None
-    assert group.out_index is not None and group.slots is not None
+    assert group.out_index is not None and group.blocks is not None
     p, max_q = group.num_seqs, group.max_q
     qp = q.index_select(0, group.token_index).view(p, max_q, q.shape[1], q.shape[2])
-    keys = flat[0][group.slots].transpose(1, 2)
-    values = flat[1][group.slots].transpose(1, 2)
-    res = F.scaled_dot_product_attention(qp.transpose(1, 2), keys, values, attn_mask=group.mask,
+    kv = _gather(kv_cache, group.blocks)
+    res = F.scaled_dot_product_attention(qp.transpose(1, 2), kv[0], kv[1], attn_mask=group.mask,
                                          scale=scale, enable_gqa=gqa)
     res = res.transpose(1, 2).reshape(p * max_q, q.shape[1], q.shape[2])
     out.index_copy_(0, group.out_index, res.index_select(0, group.valid_rows))
