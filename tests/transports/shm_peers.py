@@ -141,9 +141,11 @@ def sink(url: str, count: str) -> None:
 
 
 def idle(url: str) -> None:
-    """A reader that waits for a message that comes late (CPU use of a sleeping reader)."""
+    """A reader that gets one message, then waits for a second that comes late (CPU use of
+    a reader sleeping on its ring)."""
     with shm.open_reader(url, connect_timeout=30) as r:
         _ready()
+        r.recv()
         r.recv()
 
 

@@ -11,7 +11,10 @@
 - Broadcast keeps one tail cursor per reader; the writer waits for the slowest.
 - Waiting: a blocking reader spins briefly and adaptively, then sleeps on its eventfd; async
   endpoints wait in the event loop. Shared "sleeping" flags mean a sender only makes a
-  wake-up syscall when the peer is actually asleep (``ordering`` explains why it is safe).
+  wake-up syscall when the peer is actually asleep (``ordering`` explains why it is safe); a
+  writer waiting for space asks to be woken once a quarter of the ring is free.
+- ``recv`` returns views into the ring, valid until the next ``recv`` on that endpoint.
+  An endpoint is for one thread at a time (``close()`` may come from any thread).
 """
 
 from transports.shm.aio import (
