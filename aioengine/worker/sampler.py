@@ -10,10 +10,11 @@ Order of operations for one step (each row independently):
 3. penalties: repetition (prompt and output tokens), frequency and presence (output tokens);
 4. greedy rows (temperature 0) take the argmax here;
 5. other rows: temperature, then top-k, top-p (on the renormalised top-k set), min-p, and one
-   draw by exponential race ``argmax(p / E)``. Rows with a ``seed`` draw ``E`` from a generator
-   seeded by (seed, output index), so a seeded request gives the same tokens whatever else is
-   in the batch, and again after preemption by recompute. Other rows share the sampler's
-   generator (seeded from the engine's seed).
+   inverse-CDF draw with a single uniform number per row (an exponential race would need one
+   exponential per vocabulary entry, the bulk of a CPU step for a 150k vocabulary). Rows with a
+   ``seed`` take their uniform from a generator seeded by (seed, output index), so a seeded
+   request gives the same tokens whatever else is in the batch, and again after preemption by
+   recompute. Other rows share the sampler's generator (seeded from the engine's seed).
 
 An all-greedy batch without penalties, ``min_tokens`` or logprobs is one ``argmax``.
 """
@@ -30,7 +31,7 @@ from aioengine.worker.sampler_ops import (
     apply_min_p,
     apply_penalties,
     apply_top_k_top_p,
-    exponential_race,
+    inverse_cdf_sample,
     position_seed,
 )
 from aioengine.worker.sampler_state import SequenceState
@@ -86,7 +87,7 @@ class Sampler:
         device = raw.device
         lp_rows = [i for i, s in enumerate(states) if s.params.logprobs is not None]
         raw_logprobs = raw[lp_rows].log_softmax(dim=-1) if lp_rows else None
-        x = raw.clone()
+        x = raw
 
         mask_rows: list[int] = []
         mask_cols: list[int] = []
@@ -95,11 +96,13 @@ class Sampler:
                 ids = [t for t in s.min_tokens_mask_ids if t < self.vocab_size]
                 mask_rows.extend([i] * len(ids))
                 mask_cols.extend(ids)
+        pen_rows = [i for i, s in enumerate(states) if s.has_penalty]
+        if mask_rows or pen_rows:
+            x = raw.clone()  # the steps below write in place; raw may be the model's output
         if mask_rows:
             x[torch.tensor(mask_rows, device=device), torch.tensor(mask_cols, device=device)] = \
                 float("-inf")
 
-        pen_rows = [i for i, s in enumerate(states) if s.has_penalty]
         if pen_rows:
             self._penalise(x, pen_rows, [states[i] for i in pen_rows])
 
@@ -153,13 +156,13 @@ class Sampler:
             r = apply_min_p(r, torch.tensor([s.params.min_p for s in rstates], device=device))
 
         probs = r.softmax(dim=-1)
-        noise = torch.empty_like(probs).exponential_(generator=self._generator(device))
+        uniforms = torch.rand(len(rstates), 1, device=device, generator=self._generator(device))
         for j, s in enumerate(rstates):
             if s.params.seed is not None:
                 gen = torch.Generator(device=device)
                 gen.manual_seed(position_seed(s.params.seed, len(s.output_token_ids)))
-                noise[j].exponential_(generator=gen)
-        sampled = exponential_race(probs, noise)
+                uniforms[j] = torch.rand(1, device=device, generator=gen)
+        sampled = inverse_cdf_sample(probs, uniforms)
         if not mixed:
             return sampled
         tokens = x.argmax(dim=-1)

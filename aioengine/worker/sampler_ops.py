@@ -40,6 +40,11 @@ def apply_penalties(logits: torch.Tensor, prompt_mask: torch.Tensor, output_coun
     logits -= presence.unsqueeze(1) * (output_counts > 0).to(logits.dtype)
 
 
+# Top-p looks for its nucleus among this many best tokens first (a partial top-k instead of a
+# full sort of the vocabulary); rows whose nucleus reaches further are redone with a sort.
+TOP_P_CANDIDATES = 256
+
+
 def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, max_k: int,
                       top_p: torch.Tensor | None) -> torch.Tensor:
     """Mask (to -inf) tokens outside each row's top ``k`` and outside the smallest set whose
@@ -55,6 +60,42 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None, max_k: i
         kth = kth_values.gather(1, (top_k - 1).clamp(max=max_k - 1).unsqueeze(1))
         kth = kth.masked_fill(top_k.unsqueeze(1) >= vocab, float("-inf"))
         return logits.masked_fill(logits < kth, float("-inf"))
+    k = min(vocab, max(TOP_P_CANDIDATES, max_k))
+    if k == vocab:
+        return _sorted_cut(logits, top_k, top_p)
+    vals, idx = logits.topk(k, dim=-1)  # sorted, best first
+    has_p = top_p < 1.0
+    if top_k is not None:
+        has_k = top_k < vocab
+        ranks = torch.arange(k, device=logits.device).unsqueeze(0)
+        vals = vals.masked_fill(ranks >= top_k.unsqueeze(1), float("-inf"))
+        # A top-k row's candidates hold its whole renormalised set; other rows need the
+        # normaliser of the full vocabulary.
+        norm = torch.where(has_k, vals.logsumexp(dim=-1), logits.logsumexp(dim=-1))
+        cut = has_p | has_k
+        short = has_p & ~has_k
+    else:
+        norm = logits.logsumexp(dim=-1)
+        cut = short = has_p
+    probs = (vals - norm.unsqueeze(1)).exp()
+    mass = probs.cumsum(dim=-1)
+    drop = (mass - probs) >= top_p.unsqueeze(1)
+    drop[:, 0] = False
+    out = torch.full_like(logits, float("-inf")).scatter_(1, idx, vals.masked_fill(drop,
+                                                                                  float("-inf")))
+    out = torch.where(cut.unsqueeze(1), out, logits)
+    short = short & (mass[:, -1] < top_p)  # the nucleus reaches past the candidates
+    if bool(short.any()):
+        rows = short.nonzero().squeeze(1)
+        out[rows] = _sorted_cut(logits[rows], None if top_k is None else top_k[rows],
+                                top_p[rows])
+    return out
+
+
+def _sorted_cut(logits: torch.Tensor, top_k: torch.Tensor | None,
+                top_p: torch.Tensor) -> torch.Tensor:
+    """Top-k and top-p over a full sort of each row (exact for any nucleus size)."""
+    vocab = logits.shape[-1]
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     if top_k is not None:
         ranks = torch.arange(vocab, device=logits.device).unsqueeze(0)
@@ -75,8 +116,13 @@ def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(probs < threshold, float("-inf"))
 
 
-def exponential_race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """Sample one token per row: ``argmax(p / E)`` with ``E ~ Exp(1)`` picks token ``i`` with
-    probability ``p_i`` (the exponential-race form of Gumbel-max). Tokens with ``p = 0`` never
-    win. ``noise`` is clamped away from 0 (``exponential_`` can return 0 in float32)."""
-    return (probs / noise.clamp_min_(torch.finfo(noise.dtype).tiny)).argmax(dim=-1)
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row from (unnormalised) ``probs`` ``[n, V]`` and ``uniforms`` ``[n, 1]`` in
+    [0, 1): the first token whose cumulative mass exceeds ``u * total``. Tokens with zero
+    probability have empty intervals and are never drawn. One random number per row, where an
+    exponential race (Gumbel-max) needs V: on CPU that is most of a large-vocabulary step."""
+    cdf = probs.cumsum(dim=-1)
+    total = cdf[:, -1:]
+    # Strictly below the total, so rounding of u * total can never pass the last live token.
+    target = torch.minimum(uniforms * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True).squeeze(1)

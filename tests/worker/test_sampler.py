@@ -9,7 +9,13 @@ import torch
 
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.worker.sampler import Sampler
-from aioengine.worker.sampler_ops import apply_penalties, apply_top_k_top_p
+from aioengine.worker.sampler_ops import (
+    TOP_P_CANDIDATES,
+    _sorted_cut,
+    apply_penalties,
+    apply_top_k_top_p,
+    inverse_cdf_sample,
+)
 from aioengine.worker.sampler_state import SequenceState
 
 EOS = 2
@@ -116,6 +122,34 @@ def test_top_p_keeps_the_top_token_and_top_k_then_top_p() -> None:
     # row 1: top-2 renormalised is (0.73, 0.27): 0.73 < 0.9, so both survive
     assert torch.isfinite(out[1]).tolist() == [True, True, False, False]
     assert out[1, 0].item() == 3.0  # survivors keep their logits
+
+
+def test_top_p_candidates_agree_with_a_full_sort() -> None:
+    """Large vocabulary: the nucleus is searched among the best candidates, and rows whose
+    nucleus reaches further (flat rows) fall back to a full sort; both must be exact."""
+    torch.manual_seed(9)
+    vocab = 4 * TOP_P_CANDIDATES
+    peaked = torch.randn(vocab) * 6
+    flat = torch.randn(vocab) * 0.1
+    logits = torch.stack([peaked, flat, peaked, flat, peaked, flat])
+    top_k = torch.tensor([vocab, vocab, 20, 300, vocab, vocab])
+    top_p = torch.tensor([0.9, 0.9, 0.8, 0.95, 2.0, 2.0])
+    out = apply_top_k_top_p(logits, top_k, 300, top_p)
+    ref = _sorted_cut(logits, top_k, top_p)
+    assert torch.equal(torch.isfinite(out), torch.isfinite(ref))
+    kept = torch.isfinite(out).sum(dim=1).tolist()
+    assert kept[1] > TOP_P_CANDIDATES  # the flat row really needed the fallback
+    assert kept[2] <= 20 and kept[3] <= 300 and kept[4] == kept[5] == vocab
+    assert torch.equal(out[5], logits[5])  # rows without a cut are untouched
+    # only top-k rows and a no-cut row (the candidate path without top-p)
+    only_k = apply_top_k_top_p(logits[:3], torch.tensor([5, vocab, 700]), 700, None)
+    assert torch.isfinite(only_k).sum(dim=1).tolist() == [5, vocab, 700]
+
+
+def test_inverse_cdf_never_draws_zero_probability_tokens() -> None:
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]] * 4)
+    u = torch.tensor([[0.0], [0.4999999], [0.5], [1.0 - 2**-24]])
+    assert inverse_cdf_sample(probs, u).tolist() == [1, 1, 3, 3]
 
 
 def test_min_p() -> None:
