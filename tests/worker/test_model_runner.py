@@ -42,12 +42,16 @@ def hf_model():
 
 
 def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
-    ids = list(prompt)
+    """Greedy decoding with transformers' own forward and KV cache."""
+    out_ids: list[int] = []
+    ids, cache = torch.tensor([prompt]), None
     with torch.inference_mode():
         for _ in range(n):
-            logits = model(torch.tensor([ids])).logits[0, -1]
-            ids.append(int(logits.argmax()))
-    return ids[len(prompt):]
+            out = model(ids, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            out_ids.append(int(out.logits[0, -1].argmax()))
+            ids = torch.tensor([[out_ids[-1]]])
+    return out_ids
 
 
 def prompt(seed: int, n: int) -> list[int]:
@@ -151,3 +155,11 @@ def test_bad_step_inputs_raise_specific_errors(runner) -> None:
         runner.execute(step_with([ScheduledChunk("dup", [5, vocab], 0, [0], True)]))
     with pytest.raises(ValueError, match="block table has 1 blocks"):
         runner.execute(step_with([ScheduledChunk("dup", [5] * 6, 0, [0], True)]))
+
+
+def test_profile_forward_runs_the_largest_step(runner) -> None:
+    """The GPU planner's profiling step (max_num_batched_tokens prompt tokens, logits for up to
+    max_num_seqs rows, a top-p sample) runs here on CPU too, on a scratch cache."""
+    caches = runner.kv_caches
+    runner._profile_forward()
+    assert runner.kv_caches is caches and runner.states == {}
