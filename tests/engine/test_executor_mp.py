@@ -1,0 +1,105 @@
+"""The mp executor: worker processes under the engine, steps broadcast over a transport."""
+
+import signal
+import time
+
+import msgspec
+import psutil
+import pytest
+
+from aioengine.engine.executor import ExecutorError
+from aioengine.messages import (
+    AddRequest,
+    EngineStats,
+    NewSequence,
+    SamplingParams,
+    ScheduledChunk,
+    StepInput,
+    StepOutputs,
+)
+from aioengine.runtime import EventType
+
+from .conftest import small_config
+from .engine_harness import NAME, EngineHarness
+from .workload import Output, assert_same_greedy, run_core, workload
+
+
+def long_requests(n: int) -> list[AddRequest]:
+    params = SamplingParams(max_tokens=90, temperature=0.0, ignore_eos=True)
+    return [AddRequest(f"long{i}", [10 + i, 11, 12], params, time.time()) for i in range(n)]
+
+
+def kill_worker_mid_generation(h: EngineHarness, rank: int, world: int) -> None:
+    """SIGKILL one worker while requests run: every request fails with an error naming the
+    worker, an EngineFailure arrives, and the engine exits through ERROR with no process left."""
+    workers = h.workers()
+    assert len(workers) == world
+    reqs = long_requests(3)
+    for r in reqs:
+        h.send(r)
+    while not isinstance(h.recv(), StepOutputs):
+        pass
+    workers[rank].send_signal(signal.SIGKILL)
+    outs = {r.request_id: Output() for r in reqs}
+    while not h.failures:
+        msg = h.recv()
+        if isinstance(msg, StepOutputs):
+            for d in msg.outputs:
+                outs[d.request_id].add(d)
+    for o in outs.values():
+        assert o.finish_reason == "error" and "worker" in o.error, o.error
+        assert len(o.tokens) < 90
+    assert "worker" in h.failures[0].message
+    assert h.died.wait(60)
+    assert h.deaths == [(NAME, 1)]
+    assert EventType.ERROR in [e.type for e in h.sup.events(NAME)]
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive
+
+
+def test_engine_process_mp_one_rank(one_thread, vocab_size, alone_reference, transport="zmq"):
+    h = EngineHarness(small_config(executor="mp"), transport=transport)
+    try:
+        assert h.ready["num_kv_blocks"] == 40
+        got = h.run(workload(vocab_size))
+        assert_same_greedy(got, alone_reference)
+        stats = msgspec.convert(h.call("get_stats").result, EngineStats)
+        assert stats.kv_blocks_used == 0 and stats.num_preempted_total > 0
+        kill_worker_mid_generation(h, 0, world=1)
+    finally:
+        h.close()
+
+
+@pytest.mark.slow
+def test_engine_process_mp_tensor_parallel_2(one_thread, vocab_size, alone_reference):
+    h = EngineHarness(small_config(executor="mp", tensor_parallel_size=2), transport="uds")
+    try:
+        got = h.run(workload(vocab_size))
+        assert_same_greedy(got, alone_reference)
+        stats = msgspec.convert(h.call("get_stats").result, EngineStats)
+        assert stats.kv_blocks_used == 0
+        kill_worker_mid_generation(h, 1, world=2)  # rank 0 is left waiting in a collective
+    finally:
+        h.close()
+
+
+@pytest.mark.slow
+def test_core_in_process_tensor_parallel_2_and_a_raising_worker(one_thread, vocab_size,
+                                                                 alone_reference):
+    from aioengine.engine.core import EngineCore
+
+    core = EngineCore(small_config(tensor_parallel_size=2, transport="shm"))
+    try:
+        assert core.config.resolved_executor == "mp"
+        got = run_core(core, workload(vocab_size))
+        assert_same_greedy(got, alone_reference)
+        assert core.get_stats().kv_blocks_used == 0
+        # A worker that raises: a step naming a block past the cache (an engine bug) reaches
+        # the workers, rank 0 answers with its traceback, the executor raises.
+        bad = StepInput(10**6, [NewSequence("x", [5], [], SamplingParams())],
+                        [ScheduledChunk("x", [5], 0, [10**5], True)], [])
+        with pytest.raises(ExecutorError, match=r"(?s)StepInputError.*block id 100000 is "
+                                                r"outside the KV cache of 40 blocks.*Traceback"):
+            core.executor.execute(bad)
+    finally:
+        core.shutdown()
