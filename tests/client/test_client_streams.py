@@ -170,3 +170,36 @@ def test_bad_inputs_raise_before_sending(mp_client: SyncMPClient) -> None:
     # Only the one valid request reached the engine.
     added = after.prompt_tokens_total - before.prompt_tokens_total
     assert added == len(mp_client.tokenizer.encode("hold the id"))
+
+
+def test_inproc_llm_matches(reference: list[RequestOutput]) -> None:
+    """The in-process client (engine core here, no children) gives the same greedy outputs."""
+    with LLM(tiny_config(), client="inproc") as llm:
+        outs = llm.generate(prompts(N_STREAMS)[:24], GREEDY, use_tqdm=False)
+        chat = llm.chat([{"role": "user", "content": "hi"}], GREEDY, use_tqdm=False)
+        stop = llm.generate(prompts(1), SamplingParams(max_tokens=50, temperature=0.0,
+                                                      ignore_eos=True, stop=[ref_stop(reference)]),
+                            use_tqdm=False)[0]
+        assert llm.get_stats().num_running == 0
+    assert [o.token_ids for o in outs] == [r.token_ids for r in reference[:24]]
+    assert [o.text for o in outs] == [r.text for r in reference[:24]]
+    assert chat[0].finished and len(chat[0].token_ids) == 8
+    assert stop.finish_reason == "stop" and stop.text == reference[0].text.split(
+        ref_stop(reference))[0]
+
+
+def ref_stop(reference: list[RequestOutput]) -> str:
+    return reference[0].text[3:6]
+
+
+def test_llm_argument_errors() -> None:
+    from aioengine.client.llm import _as_batch, _params_list
+
+    assert _as_batch("a") == ["a"] and _as_batch([1, 2]) == [[1, 2]]
+    assert _as_batch(["a", [1]]) == ["a", [1]]
+    with pytest.raises(ValueError, match="non-empty list"):
+        _as_batch([])
+    with pytest.raises(ValueError, match="2 SamplingParams for 3 prompts"):
+        _params_list([SamplingParams(), SamplingParams()], 3)
+    with pytest.raises(ValueError, match="'mp' or 'inproc'"):
+        LLM(tiny_config(), client="threads")
