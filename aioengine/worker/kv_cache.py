@@ -1,7 +1,8 @@
 """Paged KV cache allocation and capacity planning.
 
-One tensor per layer, ``[2, num_blocks, block_size, num_kv_heads_per_rank, head_dim]``
-(k then v); block ids from the engine's block manager index dimension 1.
+One tensor per layer, ``[2, num_kv_heads_per_rank, num_blocks, block_size, head_dim]``
+(k then v); block ids from the engine's block manager index dimension 2. See
+``aioengine.worker.attention.paged`` for why heads come before blocks.
 """
 
 from __future__ import annotations
@@ -45,5 +46,5 @@ def allocate_kv_cache(model_config: Any, num_blocks: int, block_size: int, dtype
         raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks} and "
                          f"{block_size}")
     spec = _spec(model_config)
-    shape = (2, num_blocks, block_size, spec.kv_heads_per_rank(tp_size), spec.head_dim)
+    shape = (2, spec.kv_heads_per_rank(tp_size), num_blocks, block_size, spec.head_dim)
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]

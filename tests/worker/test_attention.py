@@ -78,7 +78,7 @@ def test_paged_attention_matches_reference(seed):
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     hq, hkv, d, bs, nblocks = 4, 2, 8, 4, 64
-    cache = torch.zeros(2, nblocks, bs, hkv, d)
+    cache = torch.zeros(2, hkv, nblocks, bs, d)
     free = list(range(nblocks))
     rng.shuffle(free)
     lengths = [rng.randint(1, 30) for _ in range(6)]

@@ -26,7 +26,7 @@ def test_bytes_per_block():
 def test_allocate_shapes_and_zeroed():
     caches = allocate_kv_cache(CONFIG, 10, 16, torch.float32, "cpu", tp_size=2)
     assert len(caches) == 3
-    assert all(c.shape == (2, 10, 16, 2, 8) and not c.any() for c in caches)
+    assert all(c.shape == (2, 2, 10, 16, 8) and not c.any() for c in caches)
     per = kv_cache_bytes_per_block(CONFIG, 16, torch.float32, tp_size=2)
     assert sum(c.numel() * c.element_size() for c in caches) == 10 * per
 

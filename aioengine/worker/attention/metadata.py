@@ -142,7 +142,7 @@ def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
     """Blocks ``[B, nb]`` covering the longest context, and a key mask ``[B, nb*block_size]``
     (gathering whole blocks: 1/block_size as many indices as gathering slots)."""
     nblocks = -(-int(ctx.max()) // block_size)
-    blocks = tables[:, :nblocks]
+    blocks = tables[:, :nblocks].contiguous()
     mask = torch.arange(nblocks * block_size)[None, :] < ctx[:, None]
     return blocks, mask
 

@@ -1,7 +1,9 @@
 """Paged attention with torch SDPA: write this step's k/v into the cache, then attend.
 
-KV cache of one layer: ``[2, num_blocks, block_size, num_kv_heads, head_dim]``; seen flat as
-``[2, num_slots, num_kv_heads, head_dim]`` so a slot index addresses one token's k or v.
+KV cache of one layer: ``[2, num_kv_heads, num_blocks, block_size, head_dim]`` (k, v). Heads
+outermost so that gathered keys ``[B, Hkv, L, D]`` have contiguous ``[L, D]`` matrices: SDPA
+over the previous ``[B, L, Hkv, D]`` layout was 2.5-3x slower on CPU at long contexts.
+A slot (``block * block_size + offset``) addresses one token's k or v within a head.
 Grouped-query attention: query head h uses kv head ``h // (num_heads // num_kv_heads)``
 (the Hugging Face ``repeat_kv`` convention).
 """
@@ -17,16 +19,19 @@ from aioengine.worker.attention.metadata import AttentionMetadata, DecodeGroup, 
 def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """Store ``k``/``v`` ``[T, Hkv, D]`` at their slots."""
-    flat = kv_cache.view(2, -1, k.shape[1], k.shape[2])
-    flat[0].index_copy_(0, slot_mapping, k)
-    flat[1].index_copy_(0, slot_mapping, v)
+    two, hkv, num_blocks, bs, d = kv_cache.shape
+    flat = kv_cache.view(two, hkv, num_blocks * bs, d)
+    flat[0].index_copy_(1, slot_mapping, k.transpose(0, 1))
+    flat[1].index_copy_(1, slot_mapping, v.transpose(0, 1))
 
 
 def _gather(kv_cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """K and V of whole blocks: ``[2, B, Hkv, nb * block_size, D]``."""
-    g = kv_cache[:, blocks]  # [2, B, nb, bs, Hkv, D], contiguous
-    two, b, nb, bs, hkv, d = g.shape
-    return g.view(two, b, nb * bs, hkv, d).transpose(2, 3)
+    """K and V of whole blocks: ``[2, B, Hkv, nb * block_size, D]``. ``index_select`` copies
+    each block as one contiguous row (advanced indexing was ~6x slower on CPU)."""
+    two, hkv, num_blocks, bs, d = kv_cache.shape
+    b, nb = blocks.shape
+    rows = kv_cache.view(two * hkv, num_blocks, bs * d).index_select(1, blocks.view(-1))
+    return rows.view(two, hkv, b, nb * bs, d).transpose(1, 2)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
@@ -51,7 +56,7 @@ def _decode(q: torch.Tensor, kv_cache: torch.Tensor, group: DecodeGroup,
     # One query per sequence: fold the query heads sharing a kv head into the "query length"
     # axis, [B, Hkv, G, D], so SDPA needs no repeated K/V and the mask broadcasts over G.
     b, hq, d = q.shape
-    hkv = kv_cache.shape[3]
+    hkv = kv_cache.shape[1]
     kv = _gather(kv_cache, group.blocks)
     out = F.scaled_dot_product_attention(q.view(b, hkv, hq // hkv, d), kv[0], kv[1],
                                          attn_mask=group.mask, scale=scale)
