@@ -132,16 +132,16 @@ class ModelRunner:
         sample_states: list[SequenceState] = []
         max_block = 0
         for i, c in enumerate(chunks):
+            state = states.get(c.request_id)
+            if state is None:
+                raise StepInputError(f"step {step.step_id}: chunk for unknown request "
+                                     f"{c.request_id!r} (never sent as a new sequence, or "
+                                     "already finished)")
             input_ids += c.token_ids
             layout.append((c.start_pos, len(c.token_ids), c.block_table))
             if c.block_table:
                 max_block = max(max_block, max(c.block_table))
             if c.sample:
-                state = states.get(c.request_id)
-                if state is None:
-                    raise StepInputError(f"step {step.step_id}: chunk for unknown request "
-                                         f"{c.request_id!r} (never sent as a new sequence, "
-                                         "or already finished)")
                 sample_rows.append(i)
                 sample_states.append(state)
         self._check_ids(step.step_id, input_ids, max_block)
@@ -184,4 +184,4 @@ class ModelRunner:
         self.states.clear()
         self.kv_caches = []
         self.num_kv_blocks = 0
-        del self.model
+        self.model = None  # idempotent; the runner is unusable afterwards

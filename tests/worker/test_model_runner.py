@@ -142,8 +142,9 @@ def step_with(chunks: list[ScheduledChunk], new: list[NewSequence] | None = None
 
 
 def test_bad_step_inputs_raise_specific_errors(runner) -> None:
-    with pytest.raises(StepInputError, match="unknown request 'ghost'"):
-        runner.execute(step_with([ScheduledChunk("ghost", [5], 0, [0], True)]))
+    for sample in (True, False):
+        with pytest.raises(StepInputError, match="unknown request 'ghost'"):
+            runner.execute(step_with([ScheduledChunk("ghost", [5], 0, [0], sample)]))
     seq = NewSequence("dup", [5, 6], [], GREEDY)
     runner.execute(step_with([], [seq]))
     with pytest.raises(StepInputError, match="'dup' is already registered"):
