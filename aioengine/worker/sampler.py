@@ -143,10 +143,14 @@ class Sampler:
 
         top_k = top_p = None
         max_k = 0
-        if any(s.has_top_k for s in rstates):
-            ks = [s.params.top_k if s.has_top_k else self.vocab_size for s in rstates]
-            max_k = min(max(s.params.top_k for s in rstates if s.has_top_k), self.vocab_size)
-            top_k = torch.tensor(ks, device=device).clamp_(max=self.vocab_size)
+        vocab = self.vocab_size
+        if any(s.has_top_k and s.params.top_k < vocab for s in rstates):
+            # A cut at or above the vocabulary is no cut: such rows take the same path as rows
+            # without one, so a row's result never depends on its neighbours' settings.
+            ks = [s.params.top_k if s.has_top_k and s.params.top_k < vocab else vocab
+                  for s in rstates]
+            max_k = max(k for k in ks if k < vocab)
+            top_k = torch.tensor(ks, device=device)
         if any(s.has_top_p for s in rstates):
             top_p = torch.tensor([s.params.top_p if s.has_top_p else 2.0 for s in rstates],
                                  device=device)

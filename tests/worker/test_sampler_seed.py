@@ -48,6 +48,27 @@ def test_same_seed_same_tokens_whatever_the_batch() -> None:
     assert len(set(alone)) > 3  # really sampled, not collapsed to one token
 
 
+def test_same_seed_same_tokens_with_a_large_vocabulary() -> None:
+    """Top-p over a large vocabulary takes the candidate path; neighbours with big top-k cuts
+    (more candidates) or cuts past the vocabulary must not change a seeded row's draws."""
+    vocab = 3000
+    g = torch.Generator().manual_seed(5)
+    rows = [torch.randn(vocab, generator=g) * 4 for _ in range(6)]
+    p = SamplingParams(seed=77, top_p=0.9, temperature=0.7)
+    alone = Sampler(vocab)
+    crowd = Sampler(vocab, seed=9)
+    others = [SamplingParams(top_k=1500), SamplingParams(top_k=10**6, top_p=0.5),
+              SamplingParams(temperature=0.0), SamplingParams(min_p=0.1)]
+    for step, row in enumerate(rows):
+        s1 = SequenceState.create("s", p, [1], list(range(step)), (0,))
+        s2 = SequenceState.create("s", p, [1], list(range(step)), (0,))
+        batch = [SequenceState.create(f"o{i}", o, [1], [], (0,)) for i, o in enumerate(others)]
+        logits = torch.stack([row] + [torch.randn(vocab, generator=g) for _ in others])
+        got_alone = alone.sample(row.unsqueeze(0), [s1]).token_ids[0]
+        got_crowd = crowd.sample(logits, [s2, *batch]).token_ids[0]
+        assert got_alone == got_crowd, step
+
+
 def test_different_seeds_differ_and_unseeded_follow_engine_seed() -> None:
     a = run(make(SamplingParams(seed=1)), [], 12, Sampler(VOCAB), 0)
     b = run(make(SamplingParams(seed=2)), [], 12, Sampler(VOCAB), 0)
