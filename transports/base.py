@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 Buffer = bytes | bytearray | memoryview
+"""What ``send`` accepts for a header or buffer (anything exposing a contiguous buffer)."""
 
 
 @dataclass(slots=True)
@@ -51,6 +52,9 @@ class Endpoint(abc.ABC):
 
 
 class SyncWriter(Endpoint):
+    """The blocking sending end of a channel (point-to-point or broadcast), for busy loops and
+    threads. One thread at a time; ``close()`` may come from any thread."""
+
     @abc.abstractmethod
     def send(
         self, header: Buffer, buffers: Sequence[Buffer] = (), timeout: float | None = None
@@ -60,6 +64,9 @@ class SyncWriter(Endpoint):
 
 
 class SyncReader(Endpoint):
+    """The blocking receiving end of a channel. One thread at a time; ``close()`` may come from
+    any thread and wakes a blocked ``recv`` with ``ChannelClosedError``."""
+
     @abc.abstractmethod
     def recv(self, timeout: float | None = None) -> Message:
         """Receive the next message in order. Raises ``TimeoutError`` after ``timeout`` seconds,
@@ -67,6 +74,8 @@ class SyncReader(Endpoint):
 
 
 class AsyncWriter(Endpoint):
+    """The asyncio sending end of a channel; use it from one event loop."""
+
     @abc.abstractmethod
     async def send(
         self, header: Buffer, buffers: Sequence[Buffer] = (), timeout: float | None = None
@@ -75,6 +84,8 @@ class AsyncWriter(Endpoint):
 
 
 class AsyncReader(Endpoint):
+    """The asyncio receiving end of a channel; use it from one event loop."""
+
     @abc.abstractmethod
     async def recv(self, timeout: float | None = None) -> Message:
         """As ``SyncReader.recv`` but awaits. Cancelling it loses no message: the next ``recv``

@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 OOB_EXT = 1  # msgpack ext code of an out-of-band buffer reference (payload: uint32 LE index)
 DEFAULT_OOB_THRESHOLD = 64 * 1024
+"""A ``Blob`` of at least this many bytes travels out of band instead of inside the header."""
 
 
 class Blob:
@@ -162,6 +163,8 @@ class TypedReceiver(_Typed, Generic[T]):
 
 
 class AsyncTypedSender(_Typed):
+    """``await send(obj)`` on an asyncio writer."""
+
     def __init__(self, writer: AsyncWriter, encoder: Encoder | None = None) -> None:
         super().__init__(writer)
         self.encoder = encoder or Encoder()
@@ -172,6 +175,8 @@ class AsyncTypedSender(_Typed):
 
 
 class AsyncTypedReceiver(_Typed, Generic[T]):
+    """``await recv() -> T`` on an asyncio reader."""
+
     def __init__(self, reader: AsyncReader, decoder: Decoder[T]) -> None:
         super().__init__(reader)
         self.decoder = decoder
