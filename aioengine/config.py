@@ -31,31 +31,50 @@ class EngineConfig:
     tokenizer: str | None = None
     """Tokenizer directory; defaults to the model's."""
     dtype: str = "auto"
+    """``auto``, ``float32``, ``bfloat16`` or ``float16``. ``auto``: float32 on CPU, the
+    checkpoint's dtype on GPU (bfloat16 when it names none)."""
     device: str = "auto"
+    """``auto`` (CUDA when torch sees a GPU, else CPU), ``cpu`` or ``cuda``."""
     load_format: str = "auto"
+    """``auto`` (safetensors; dummy for the presets), ``safetensors``, or ``dummy`` (random
+    weights of the real shapes, seeded by ``seed``)."""
     seed: int = 0
+    """Seeds dummy weights and the sampler of requests without their own ``seed``."""
     transport: str = "shm"
     """``zmq``, ``shm``, ``uds``, or a full transport URL for the client<->engine channels."""
     executor: str = "auto"
     """``uniproc`` (model in the engine process) or ``mp`` (one worker process per rank);
     ``auto`` picks uniproc for one rank and mp for tensor parallelism."""
     tensor_parallel_size: int = 1
+    """Worker processes (ranks) the model is split over; heads must divide evenly."""
     max_num_seqs: int = 256
+    """Most requests in the running batch at once."""
     max_num_batched_tokens: int = 2048
+    """Token budget of one step: prefill-chunk tokens plus one per decoding request."""
     max_model_len: int | None = None
+    """Longest prompt plus output; None: the model's ``max_position_embeddings``, cut to what
+    the KV cache holds."""
     block_size: int = 16
+    """Tokens per KV-cache block (the unit of allocation and of prefix caching)."""
     num_kv_blocks: int | None = None
+    """A fixed number of KV blocks per rank; overrides the memory settings below."""
     kv_cache_memory: int | None = None
     """Bytes for the KV cache; ignored when ``num_kv_blocks`` is set."""
     kv_cache_memory_fraction: float = 0.5
     """Fraction of free memory for the KV cache when neither of the above is set."""
     enable_prefix_caching: bool = True
+    """Share the KV blocks of identical prompt prefixes between requests."""
     enable_chunked_prefill: bool = True
+    """Split long prompts over several steps so running requests keep decoding."""
     detokenize_in: str = "host"
+    """Where token ids become text: ``host`` (the client's output task), ``engine``, or
+    ``process`` (a detokenizer process between client and engine)."""
     startup_timeout: float = 120.0
+    """Seconds every process gets to report READY before ``EngineStartupError``."""
     dist_init_addr: str | None = None
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form settings for experiments; not read by the engine itself."""
 
     def __post_init__(self) -> None:
         _one_of("dtype", self.dtype, DTYPES)
@@ -95,23 +114,29 @@ class EngineConfig:
 
     @property
     def resolved_executor(self) -> str:
+        """The executor ``executor="auto"`` stands for: ``uniproc`` or ``mp``."""
         if self.executor != "auto":
             return self.executor
         return "mp" if self.tensor_parallel_size > 1 else "uniproc"
 
     def replace(self, **changes: Any) -> EngineConfig:
+        """A copy with ``changes`` applied (validated like a new config)."""
         return dataclasses.replace(self, **changes)
 
     def to_msgpack(self) -> bytes:
+        """The config as msgpack bytes, as it travels to child processes."""
         return msgspec.msgpack.encode(self)
 
     @classmethod
     def from_msgpack(cls, data: bytes) -> EngineConfig:
+        """The inverse of ``to_msgpack``."""
         return msgspec.msgpack.decode(data, type=cls)
 
     # ---- command line -----------------------------------------------------------------------
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """Add one ``--flag`` per field (``--max-model-len``, ``--no-enable-prefix-caching``,
+        ...) to ``parser``, in an ``engine`` group."""
         group = parser.add_argument_group("engine")
         for f in fields(EngineConfig):
             if f.name == "extra":
@@ -130,6 +155,7 @@ class EngineConfig:
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> EngineConfig:
+        """The config from arguments parsed with a parser prepared by ``add_cli_args``."""
         kwargs = {f.name: getattr(args, f.name) for f in fields(cls)
                   if f.name != "extra" and hasattr(args, f.name)}
         return cls(**kwargs)
