@@ -19,7 +19,9 @@ class TokenLogprob(msgspec.Struct, array_like=True):
 
     token_id: int
     logprob: float
+    """Natural-log probability of ``token_id`` under the raw model logits."""
     top: list[tuple[int, float]] = msgspec.field(default_factory=list)
+    """``(token_id, logprob)`` of the ``SamplingParams.logprobs`` most likely tokens."""
 
 
 # ---- client -> engine ---------------------------------------------------------------------
@@ -86,12 +88,23 @@ EngineMessage = Union[StepOutputs, UtilityResult, EngineFailure]
 
 
 class EngineStats(msgspec.Struct, kw_only=True):
+    """A snapshot of the engine's scheduler and KV cache (``get_stats()``)."""
+
     num_running: int
+    """Requests in the running batch."""
     num_waiting: int
+    """Requests waiting to be admitted (new or preempted)."""
     num_preempted_total: int
+    """Preemptions since start."""
     kv_blocks_used: int
+    """KV-cache blocks held by requests."""
     kv_blocks_total: int
+    """KV-cache blocks in the engine."""
     prefix_cache_hit_rate: float
+    """Fraction of admitted prompt tokens found in the prefix cache."""
     prompt_tokens_total: int
+    """Prompt tokens of every request admitted since start."""
     generation_tokens_total: int
+    """Tokens sampled since start."""
     num_requests_finished_total: int = 0
+    """Requests finished (any reason) since start."""

@@ -10,21 +10,40 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``ValueError`` that names the field, so a bad request never reaches the engine."""
 
     max_tokens: int = 16
+    """Most tokens to generate (at least 1); the request ends with ``length`` there."""
     temperature: float = 1.0
+    """0 is greedy (argmax); higher flattens the distribution. In [0, 100]."""
     top_p: float = 1.0
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches this."""
     top_k: int = -1  # -1: no top-k cut
+    """Keep the ``k`` most likely tokens; -1 keeps all."""
     min_p: float = 0.0
+    """Drop tokens less likely than ``min_p`` times the most likely one."""
     repetition_penalty: float = 1.0
+    """Above 1 discourages tokens already in the prompt or output (1 is off)."""
     presence_penalty: float = 0.0
+    """Subtracted from the logit of every token already generated, in [-2, 2]."""
     frequency_penalty: float = 0.0
+    """Subtracted once per earlier occurrence of a token in the output, in [-2, 2]."""
     seed: int | None = None
+    """Makes sampling reproducible whatever else shares the batch (and after preemption)."""
     stop: list[str] = msgspec.field(default_factory=list)
+    """Strings that end the request; the text stops before them (see below). A single string
+    is accepted."""
     stop_token_ids: list[int] = msgspec.field(default_factory=list)
+    """Token ids that end the request (besides the model's eos ids); reported as
+    ``stop_reason``."""
     include_stop_str_in_output: bool = False
+    """Keep the matched stop string at the end of the text."""
     ignore_eos: bool = False
+    """Keep generating past the model's eos tokens (until ``max_tokens`` or a stop)."""
     min_tokens: int = 0
+    """Tokens to generate before eos, stop token ids or stop strings may end the request."""
     logprobs: int | None = None  # None: none; 0: the sampled token's; n: plus the top n
+    """None: no log-probabilities; 0: the sampled token's; ``n`` (up to 20): also the top
+    ``n`` alternatives at each position. Computed from the raw model logits."""
     skip_special_tokens: bool = True
+    """Leave special tokens (eos, chat markers) out of the decoded text."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -59,6 +78,7 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     @property
     def greedy(self) -> bool:
+        """True for temperature 0."""
         return self.temperature == 0.0
 
 
