@@ -33,10 +33,15 @@ class EngineStartupError(RuntimeError):
             full = f"{message}\n\nTraceback in child process {process!r}:\n{child_traceback}"
         super().__init__(full.rstrip("\n"))
         self.process = process
+        """The failing child's name, e.g. ``aioengine-engine``; None if no child was started."""
         self.exitcode = exitcode
+        """Its exit code once it exited (negative: killed by that signal), else None."""
         self.exc_type = exc_type
+        """The qualified name of the exception the child raised, if it raised."""
         self.child_message = child_message
+        """That exception's message."""
         self.child_traceback = child_traceback
+        """The child's formatted traceback."""
 
 
 class EngineDeadError(RuntimeError):
@@ -46,4 +51,6 @@ class EngineDeadError(RuntimeError):
                  exitcode: int | None = None) -> None:
         super().__init__(message)
         self.process = process
+        """The name of the process that died, when one did (e.g. ``aioengine-engine``)."""
         self.exitcode = exitcode
+        """Its exit code (negative: killed by that signal), when known."""
