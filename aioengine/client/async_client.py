@@ -68,10 +68,24 @@ class _Stream:
 
 class AsyncMPClient:
     """Embeds an engine in the running event loop. Use ``async with``, or ``await start()`` and
-    ``await shutdown()``; a forgotten client is cleaned up by a ``weakref.finalize``."""
+    ``await shutdown()``; a forgotten client is cleaned up by a ``weakref.finalize``.
+
+    The engine (and its workers) run in spawned child processes; this process only holds the
+    client and one output task, and never imports torch. Start it under
+    ``if __name__ == "__main__":``, as ``spawn`` requires. Every bad input raises ``ValueError``
+    before anything is sent; a dead engine raises ``EngineDeadError`` in every open stream and
+    in every later call.
+
+    Example::
+
+        async with AsyncMPClient(EngineConfig(model="tiny")) as client:
+            async for out in client.generate("Once upon a time", SamplingParams(max_tokens=32)):
+                print(out.delta_text, end="")
+    """
 
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config if config is not None else EngineConfig()
+        """The ``EngineConfig`` the engine is started with."""
         if not isinstance(self.config, EngineConfig):
             raise ValueError(f"config must be an EngineConfig, got {type(config).__name__}")
         self._engine: EngineProcess | None = None
@@ -141,16 +155,19 @@ class AsyncMPClient:
 
     @property
     def is_dead(self) -> bool:
+        """True once the engine died or the client was shut down."""
         return self._dead is not None
 
     @property
     def tokenizer(self) -> Tokenizer:
+        """The host-side tokenizer (``encode``, ``decode``, ``apply_chat_template``)."""
         self._check_started()
         assert self._tokenizer is not None
         return self._tokenizer
 
     @property
     def max_model_len(self) -> int:
+        """The longest prompt plus output the engine accepts (its context length)."""
         self._check_started()
         assert self._engine is not None
         return self._engine.ready.max_model_len
@@ -200,6 +217,7 @@ class AsyncMPClient:
 
     def prepare_chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None = None,
                      **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
+        """``prepare`` for a conversation: apply the chat template, then check and tokenize."""
         self._check_alive()
         return self.prepare(self.tokenizer.encode_chat(messages, **template_kwargs), params)
 
@@ -267,6 +285,7 @@ class AsyncMPClient:
         await self._send(AbortRequests([request_id]))
 
     async def get_stats(self, timeout: float = 30.0) -> EngineStats:
+        """A snapshot of the engine's scheduler and KV cache."""
         return msgspec.convert(await self._call("get_stats", timeout=timeout), EngineStats)
 
     async def check_health(self, timeout: float = 10.0) -> None:
@@ -277,6 +296,7 @@ class AsyncMPClient:
             raise EngineDeadError(f"the engine did not answer a ping within {timeout} s") from e
 
     async def reset_prefix_cache(self, timeout: float = 30.0) -> Any:
+        """Forget every cached prompt prefix (blocks in use keep serving their requests)."""
         return await self._call("reset_prefix_cache", timeout=timeout)
 
     async def _call(self, method: str, *args: Any, timeout: float) -> Any:
