@@ -39,6 +39,7 @@ class LLM:
 
     @property
     def client(self) -> SyncClient:
+        """The blocking client underneath (``SyncMPClient``, or the in-process one)."""
         return self._client
 
     def generate(self, prompts: Prompt | Sequence[Prompt], params: ParamsArg = None,
@@ -70,9 +71,11 @@ class LLM:
             return self._client.generate_all(prepared, lambda: bar.update(1))
 
     def get_stats(self) -> EngineStats:
+        """A snapshot of the engine's scheduler and KV cache."""
         return self._client.get_stats()
 
     def shutdown(self) -> None:
+        """Stop the engine and release every resource. Idempotent."""
         self._client.shutdown()
 
 

@@ -27,6 +27,17 @@ T = TypeVar("T")
 
 
 class SyncMPClient:
+    """The multiprocess engine for blocking code: an ``AsyncMPClient`` driven on its own event
+    loop in a background thread. Starting happens in the constructor; use it as a context
+    manager or call ``shutdown()``.
+
+    Example::
+
+        with SyncMPClient(EngineConfig(model="tiny")) as client:
+            for out in client.stream("Once upon a time", SamplingParams(max_tokens=16)):
+                print(out.delta_text, end="")
+    """
+
     def __init__(self, config: EngineConfig | None = None, *, use_uvloop: bool = False) -> None:
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] = \
             anyio.from_thread.start_blocking_portal(
@@ -50,26 +61,32 @@ class SyncMPClient:
 
     @property
     def tokenizer(self) -> Tokenizer:
+        """The host-side tokenizer."""
         return self._client.tokenizer
 
     @property
     def max_model_len(self) -> int:
+        """The engine's context length."""
         return self._client.max_model_len
 
     @property
     def is_dead(self) -> bool:
+        """True once the engine died or the client was shut down."""
         return self._client.is_dead
 
     @property
     def async_client(self) -> AsyncMPClient:
+        """The ``AsyncMPClient`` underneath (use it through ``call_async``)."""
         return self._client
 
     def prepare(self, prompt: Prompt, params: SamplingParams | None
                 ) -> tuple[list[int], SamplingParams]:
+        """Check a request and tokenize its prompt (``ValueError`` for anything bad)."""
         return self._client.prepare(prompt, params)
 
     def prepare_chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None,
                      **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
+        """``prepare`` for a conversation (applies the chat template)."""
         return self._client.prepare_chat(messages, params, **template_kwargs)
 
     def generate_all(self, requests: Sequence[tuple[list[int], SamplingParams]],
@@ -115,15 +132,19 @@ class SyncMPClient:
         return self._portal.call(fn, *args)
 
     def abort(self, request_id: str) -> None:
+        """Abort a running request; unknown or finished ids are ignored."""
         self._portal.call(self._client.abort, request_id)
 
     def get_stats(self) -> EngineStats:
+        """A snapshot of the engine's scheduler and KV cache."""
         return self._portal.call(self._client.get_stats)
 
     def check_health(self) -> None:
+        """Raise ``EngineDeadError`` unless the engine answers a ping."""
         self._portal.call(self._client.check_health)
 
     def shutdown(self) -> None:
+        """Stop the engine and the background loop. Idempotent."""
         with self._lock:
             if self._closed:
                 return
