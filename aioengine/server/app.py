@@ -26,6 +26,8 @@ from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
 
 @dataclass(frozen=True)
 class ServerSettings:
+    """HTTP-side settings of ``create_app`` (the engine's are in ``EngineConfig``)."""
+
     model_name: str | None = None
     """The name clients send as ``model``; defaults to the engine's ``config.model``."""
     max_request_bytes: int = 4 << 20
@@ -35,6 +37,7 @@ class ServerSettings:
     health_timeout: float = 5.0
     """Seconds ``/health`` and ``/metrics`` wait for the engine to answer."""
     disconnect_poll_interval: float = 0.2
+    """Seconds between checks for HTTP clients that went away (their requests are aborted)."""
 
     def __post_init__(self) -> None:
         if self.model_name is not None and not self.model_name:
