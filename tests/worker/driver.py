@@ -30,7 +30,8 @@ class Driver:
                  seed: int = 0) -> None:
         self.model = model
         self.block_size = block_size
-        self.caches = allocate_kv_cache(hf_config, num_blocks, block_size, model.dtype, "cpu")
+        self.caches = allocate_kv_cache(hf_config, num_blocks, block_size, model.dtype, "cpu",
+                                        tp_size=model.tp.size)
         self.free = list(range(num_blocks))
         random.Random(seed).shuffle(self.free)
         self.seqs: list[Seq] = []

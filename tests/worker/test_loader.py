@@ -197,3 +197,20 @@ def test_tensor_parallel_shapes_must_divide(qwen_dir):
     with pytest.raises(RuntimeError, match=r"needs torch\.distributed"):
         build_model(cfg, dtype=torch.float32, device="cpu", tp_rank=1, tp_size=2)
     assert ModelSpec.from_hf(cfg).kv_heads_per_rank(2) == 1
+
+
+def test_kv_cache_must_fit_the_model(qwen_dir):
+    from aioengine.worker.attention import build_attention_metadata
+    from aioengine.worker.kv_cache import allocate_kv_cache
+
+    model, cfg = load_model(qwen_dir[0], dtype="float32", device="cpu")
+    meta = build_attention_metadata([(0, 3, [0])], 16)
+    ids = torch.tensor([1, 2, 3])
+    caches = allocate_kv_cache(cfg, 4, 16, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="expected 2 KV cache tensors"):
+        model(ids, meta.positions, meta, caches[:1])
+    wrong = [torch.zeros(2, 3, 4, 16, 16) for _ in caches]
+    with pytest.raises(ValueError, match=r"KV cache of shape \(2, 3, 4, 16, 16\) does not fit "
+                                         r"this rank's 1 kv heads"):
+        model(ids, meta.positions, meta, wrong)
+    assert model(ids, meta.positions, meta, caches).shape == (3, 64)

@@ -145,6 +145,11 @@ class CausalLM(nn.Module):
         if len(kv_caches) != len(self.layers):
             raise ValueError(f"expected {len(self.layers)} KV cache tensors (one per layer), "
                              f"got {len(kv_caches)}")
+        heads = self.layers[0].self_attn.num_kv_heads
+        if kv_caches[0].dim() != 5 or kv_caches[0].shape[1] != heads:
+            raise ValueError(f"KV cache of shape {tuple(kv_caches[0].shape)} does not fit this "
+                             f"rank's {heads} kv heads: allocate it with tp_size="
+                             f"{self.tp.size}")
         h = self.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions)
         residual: torch.Tensor | None = None
