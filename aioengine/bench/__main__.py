@@ -1,10 +1,16 @@
-"""``python -m aioengine.bench [SUITE] [--model M] [--quick] [--json FILE] [--plot DIR]``."""
+"""``python -m aioengine.bench [SUITE] [--model M] [--quick] [--json FILE] [--plot DIR]``.
+
+No suite named: every suite, one after the other (``--quick``: the default quick run that
+``make bench`` does). Each suite's table is printed as it finishes, with factors against its
+baseline row.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import time
 from dataclasses import asdict
 
 from aioengine.bench import suites
@@ -17,12 +23,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 description="Benchmarks of aioengine and its transports.")
     p.add_argument("suite", nargs="?", default="all", choices=["all", *suites.suite_names()],
                    help="which suite to run (default: all)")
-    p.add_argument("--model", default="tiny", help="model for the model suites (default: tiny)")
+    p.add_argument("--model", default="tiny",
+                   help="tiny, a preset name, or a local model directory (default: tiny)")
     p.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
     p.add_argument("--only", default="",
                    help="comma-separated names to restrict a suite to (e.g. uds,mp_queue)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="serve: one request rate in requests/s (default: a sweep; quick: 4)")
+    p.add_argument("--endpoint", default=None, metavar="URL",
+                   help="serve: an OpenAI-compatible server's base URL (e.g. "
+                        "http://127.0.0.1:8000) instead of an in-process AsyncMPClient")
     p.add_argument("--json", metavar="FILE", help="write results, machine and config as JSON")
-    p.add_argument("--plot", metavar="DIR", help="write one bar chart per metric (matplotlib)")
+    p.add_argument("--plot", metavar="DIR",
+                   help="write PNG charts (bars per metric, latency CDFs, throughput against "
+                        "request rate); needs matplotlib")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p.parse_args(argv)
 
@@ -30,26 +44,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    options = BenchOptions(quick=args.quick, model=args.model,
-                           only=tuple(n for n in args.only.split(",") if n),
-                           progress=not args.no_progress)
+    try:
+        options = BenchOptions(quick=args.quick, model=args.model,
+                               only=tuple(n for n in args.only.split(",") if n),
+                               progress=not args.no_progress, rate=args.rate,
+                               endpoint=args.endpoint)
+        _check_model(args.model)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"python -m aioengine.bench: error: {e}", file=sys.stderr)
+        return 2
+    if args.plot:  # fail before minutes of measuring, not after
+        from aioengine.bench.plot import require_matplotlib
+
+        require_matplotlib()
     names = suites.suite_names() if args.suite == "all" else [args.suite]
     results: list[Result] = []
+    t0 = time.perf_counter()
     for name in names:
         module = suites.load(name)
         got = module.run(options)
-        print(f"\n== {name} ==")
+        print(f"\n== {name} ==", flush=True)
         print_table(got, getattr(module, "BASELINE", None))
         results.extend(got)
+    print(f"\n{len(names)} suite(s) in {time.perf_counter() - t0:.0f} s")
     if args.json:
         write_json(args.json, results, {"suites": names, **asdict(options)})
-        print(f"\nwrote {args.json}")
+        print(f"wrote {args.json}")
     if args.plot:
         from aioengine.bench.plot import plot_results
 
         for path in plot_results(results, args.plot):
             print(f"wrote {path}")
     return 0
+
+
+def _check_model(model: str) -> None:
+    """A missing or malformed model directory is an error now, not a child's traceback."""
+    from aioengine.hub import resolve_model
+
+    resolve_model(model, require_tokenizer=True)
 
 
 if __name__ == "__main__":

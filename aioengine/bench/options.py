@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -11,6 +12,18 @@ class BenchOptions:
     model: str = "tiny"
     only: tuple[str, ...] = ()  # restrict a suite to these names (transports, baselines...)
     progress: bool = True
+    rate: float | None = None  # serve: one request rate (req/s) instead of the default sweep
+    endpoint: str | None = None  # serve: an OpenAI-compatible base URL instead of AsyncMPClient
+
+    def __post_init__(self) -> None:
+        if self.rate is not None and not (self.rate > 0 and self.rate != float("inf")):
+            raise ValueError(f"--rate must be a positive, finite number of requests per second, "
+                             f"got {self.rate}")
+        if self.endpoint is not None:
+            parts = urlsplit(self.endpoint)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError("--endpoint must be an http(s) URL such as "
+                                 f"http://127.0.0.1:8000, got {self.endpoint!r}")
 
     def wants(self, name: str) -> bool:
         return not self.only or name in self.only

@@ -8,7 +8,7 @@ import os
 import platform
 import sys
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 LOWER_IS_BETTER_UNITS = frozenset({"us", "ms", "s", "%"})
@@ -21,6 +21,13 @@ class Result:
     metric: str  # e.g. rtt_p50_us, msgs_per_s_256B, gbytes_per_s_1MiB
     value: float
     unit: str
+    # The raw measurements behind ``value`` (e.g. every request's latency), for CDF plots;
+    # not written to JSON rows.
+    samples: tuple[float, ...] = field(default=(), compare=False, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        return {"suite": self.suite, "name": self.name, "metric": self.metric,
+                "value": self.value, "unit": self.unit}
 
     @property
     def lower_is_better(self) -> bool:
@@ -47,7 +54,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def write_json(path: str, results: Iterable[Result], config: dict[str, Any]) -> None:
-    doc = {"results": [asdict(r) for r in results], "machine": machine_info(),
+    doc = {"results": [r.row() for r in results], "machine": machine_info(),
            "config": config}
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)

@@ -1,5 +1,5 @@
-"""The suite registry: name -> module with ``run(options) -> list[Result]`` and ``BASELINE``.
-Later suites (offline, overhead, serve, kernels) add a line here and a module beside it."""
+"""The suite registry: name -> module with ``run(options) -> list[Result]`` and ``BASELINE``
+(the name every other row of the suite is compared with, or None)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from types import ModuleType
 SUITES: tuple[tuple[str, str, str], ...] = (
     ("transport", "aioengine.bench.transport", "IPC transports against stdlib baselines"),
     ("kernels", "aioengine.bench.kernels", "decode/prefill of the model runner against HF"),
+    ("offline", "aioengine.bench.offline", "LLM.generate throughput against HF generate"),
+    ("overhead", "aioengine.bench.overhead", "batch-1 decode through the client vs a bare loop"),
+    ("serve", "aioengine.bench.serve", "online latency under Poisson arrivals"),
 )
 
 

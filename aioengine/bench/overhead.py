@@ -1,0 +1,138 @@
+"""The ``overhead`` suite: what the multiprocess stack costs on batch-1 greedy decoding.
+
+Rows ``aioengine_{uniproc,mp}_{zmq,shm,uds}``: one request at a time through ``AsyncMPClient``
+with that executor and transport; ``bare_loop`` (the baseline): the same ``ModelRunner`` and
+sampler called directly in one process (see ``bare_loop``). Metrics:
+
+- ``decode_tokens_per_s``: output tokens after the first, per second after the first arrived
+  (prefill and start-up excluded), the median over repeats;
+- ``host_cpu_ms_per_token`` (engines only): CPU time of the host process (every thread: the
+  event loop, transport I/O, the supervisor) while streaming, per output token.
+
+Every engine starts at once (start-up is mostly single-threaded imports, so this uses the
+cores), then the repeats go round-robin over the rows, so the box's background noise spreads
+evenly over them instead of landing on whichever row ran during a busy spell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aioengine.bench.bare_loop import BLOCK_SIZE, BareLoopChild, DecodeTiming
+from aioengine.bench.options import BenchOptions
+from aioengine.bench.progress import Progress
+from aioengine.bench.results import Result
+from aioengine.bench.workload import TokenSpace
+
+if TYPE_CHECKING:
+    from aioengine import AsyncMPClient, EngineConfig
+
+SUITE = "overhead"
+BASELINE = "bare_loop"
+EXECUTORS = ("uniproc", "mp")
+TRANSPORTS = ("zmq", "shm", "uds")
+SEED = 0
+START_TIMEOUT = 600.0  # many engines importing torch at once on a small, busy box
+STEP_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    prompt_len: int
+    new_tokens: int
+    repeats: int
+
+
+FULL = Sizes(prompt_len=32, new_tokens=256, repeats=5)
+QUICK = Sizes(prompt_len=32, new_tokens=48, repeats=3)
+
+
+def engine_names() -> list[str]:
+    return [f"aioengine_{ex}_{tr}" for ex in EXECUTORS for tr in TRANSPORTS]
+
+
+def run(options: BenchOptions, sizes: Sizes | None = None) -> list[Result]:
+    sizes = sizes or (QUICK if options.quick else FULL)
+    space = TokenSpace.of_model(options.model)
+    prompt = space.draw(random.Random(SEED), sizes.prompt_len)
+    return asyncio.run(_run(options, sizes, prompt))
+
+
+async def _run(options: BenchOptions, sizes: Sizes, prompt: list[int]) -> list[Result]:
+    from aioengine import AsyncMPClient
+
+    names = [n for n in engine_names() if options.wants(n)]
+    clients = {n: AsyncMPClient(_config(options.model, n, sizes)) for n in names}
+    bare = None
+    try:
+        starts = [c.start() for c in clients.values()]
+        if options.wants(BASELINE):
+            bare = await BareLoopChild.start(options.model, prompt, sizes.new_tokens)
+            starts.append(bare.ready(START_TIMEOUT))
+        await asyncio.wait_for(asyncio.gather(*starts), START_TIMEOUT)
+        for c in clients.values():  # warm-up: one short request each
+            await _one(c, prompt, 4)
+        timings: dict[str, list[DecodeTiming]] = {n: [] for n in names}
+        cpu: dict[str, list[float]] = {n: [] for n in names}
+        if bare is not None:
+            timings[BASELINE] = []
+        with Progress(sizes.repeats * len(timings), SUITE, options.progress) as bar:
+            for _ in range(sizes.repeats):
+                if bare is not None:
+                    bar.label(BASELINE)
+                    timings[BASELINE].append(await bare.measure(STEP_TIMEOUT))
+                    bar.advance()
+                for n, c in clients.items():
+                    bar.label(n)
+                    c0 = time.process_time()
+                    t = await asyncio.wait_for(_one(c, prompt, sizes.new_tokens), STEP_TIMEOUT)
+                    cpu[n].append((time.process_time() - c0) * 1000 / t.tokens)
+                    timings[n].append(t)
+                    bar.advance()
+    finally:
+        await asyncio.gather(*(c.shutdown() for c in clients.values()),
+                             *([bare.close()] if bare is not None else []))
+    results = []
+    for n, ts in timings.items():
+        rate = statistics.median(t.decode_tokens_per_s for t in ts)
+        results.append(Result(SUITE, n, "decode_tokens_per_s", rate, "tok/s"))
+        if n in cpu:
+            results.append(Result(SUITE, n, "host_cpu_ms_per_token", statistics.median(cpu[n]),
+                                  "ms"))
+    return results
+
+
+def _config(model: str, name: str, sizes: Sizes) -> EngineConfig:
+    from aioengine import EngineConfig
+
+    _, executor, transport = name.split("_")
+    context = sizes.prompt_len + sizes.new_tokens
+    blocks = 2 * -(-context // BLOCK_SIZE)  # room for the warm-up and one timed request
+    # A small KV cache and batch: no memory profiling at start-up, one request at a time.
+    return EngineConfig(model=model, executor=executor, transport=transport,
+                        block_size=BLOCK_SIZE, num_kv_blocks=blocks, max_num_seqs=4,
+                        max_model_len=context, max_num_batched_tokens=max(256, context))
+
+
+async def _one(client: AsyncMPClient, prompt: list[int], new_tokens: int) -> DecodeTiming:
+    from aioengine import SamplingParams
+
+    params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    first: float | None = None
+    last: float | None = None
+    tokens = first_count = 0
+    async for out in client.generate(prompt, params):
+        now = time.perf_counter()
+        if first is None and out.token_ids:
+            first = now
+            first_count = len(out.token_ids)
+        last = now
+        tokens = len(out.token_ids)
+    if first is None or last is None:
+        raise RuntimeError("the engine finished a request without output tokens")
+    return DecodeTiming(tokens, first_count, first, last)
