@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The chat-page test drives a real headless Chromium; it skips with the reason if this fails.
+bash scripts/install_browser.sh || echo "test.sh: chromium could not be installed" >&2
 .venv/bin/ruff check .
 site_dir=$(mktemp -d)
 trap 'rm -rf "$site_dir"' EXIT
