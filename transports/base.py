@@ -27,7 +27,9 @@ class Message:
     stay valid until the next ``recv`` on the same endpoint; copy them to keep them longer."""
 
     header: memoryview
+    """The message's header bytes (for typed channels: the msgpack frame)."""
     buffers: list[memoryview] = field(default_factory=list)
+    """The out-of-band buffers sent with it, in order (empty for most messages)."""
 
 
 class Endpoint(abc.ABC):
