@@ -18,6 +18,7 @@ class TokenLogprob(msgspec.Struct, array_like=True):
     """Log-probability of one sampled token plus the top-n alternatives at that position."""
 
     token_id: int
+    """The sampled token."""
     logprob: float
     """Natural-log probability of ``token_id`` under the raw model logits."""
     top: list[tuple[int, float]] = msgspec.field(default_factory=list)
