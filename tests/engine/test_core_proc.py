@@ -88,3 +88,16 @@ def test_idle_engine_uses_under_2_percent_cpu(engine):
     t1, c1 = time.monotonic(), proc.cpu_times()
     used = (c1.user + c1.system) - (c0.user + c0.system)
     assert used / (t1 - t0) < 0.02, f"idle engine used {used:.3f} s CPU in {t1 - t0:.1f} s"
+
+
+def test_engine_modules_import_no_torch():
+    """The host imports ``core_proc`` (for TARGET and EngineLaunch); the mp engine process
+    runs the core and the mp executor: none of them may pull torch in at import."""
+    import subprocess
+    import sys
+
+    code = ("import sys, aioengine.engine.core_proc, aioengine.engine.core, "
+            "aioengine.engine.executor.mp; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "False"
