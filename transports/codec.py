@@ -33,6 +33,7 @@ class Blob:
     def __init__(self, data: Buffer) -> None:
         view = memoryview(data)
         self.data = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+        """The bytes, as a flat byte ``memoryview`` (no copy of ``data``)."""
 
     def __bytes__(self) -> bytes:
         return bytes(self.data)
@@ -73,6 +74,7 @@ class Encoder:
                         "(use msgspec Structs, builtin types, or Blob for raw bytes)")
 
     def encode(self, obj: Any) -> tuple[bytes, list[memoryview]]:
+        """``(header, buffers)`` for ``send``: the msgpack header and the out-of-band blobs."""
         self._buffers = []
         try:
             header = self._enc.encode(obj)
@@ -87,6 +89,7 @@ class Decoder(Generic[T]):
 
     def __init__(self, type_: Any) -> None:
         self.type = type_
+        """The type every frame decodes into."""
         self._buffers: Sequence[memoryview] = ()
         self._dec = msgspec.msgpack.Decoder(type_, dec_hook=_dec_hook, ext_hook=self._ext_hook)
 
@@ -100,6 +103,8 @@ class Decoder(Generic[T]):
         return Blob(self._buffers[index])
 
     def decode(self, header: Buffer, buffers: Sequence[memoryview] = ()) -> T:
+        """One received message (``msg.header, msg.buffers``) as a ``type_``; a frame that does
+        not fit raises ``DecodeError``."""
         self._buffers = buffers
         try:
             return self._dec.decode(header)
@@ -144,8 +149,10 @@ class TypedSender(_Typed):
     def __init__(self, writer: SyncWriter, encoder: Encoder | None = None) -> None:
         super().__init__(writer)
         self.encoder = encoder or Encoder()
+        """The encoder used for every message."""
 
     def send(self, obj: Any, timeout: float | None = None) -> None:
+        """Encode ``obj`` and send it (blocking while the channel is full)."""
         header, buffers = self.encoder.encode(obj)
         self.endpoint.send(header, buffers, timeout)
 
@@ -156,8 +163,10 @@ class TypedReceiver(_Typed, Generic[T]):
     def __init__(self, reader: SyncReader, decoder: Decoder[T]) -> None:
         super().__init__(reader)
         self.decoder = decoder
+        """The channel's typed decoder."""
 
     def recv(self, timeout: float | None = None) -> T:
+        """Receive the next message and decode it (``DecodeError`` if it does not fit)."""
         msg = self.endpoint.recv(timeout)
         return self.decoder.decode(msg.header, msg.buffers)
 
@@ -168,8 +177,10 @@ class AsyncTypedSender(_Typed):
     def __init__(self, writer: AsyncWriter, encoder: Encoder | None = None) -> None:
         super().__init__(writer)
         self.encoder = encoder or Encoder()
+        """The encoder used for every message."""
 
     async def send(self, obj: Any, timeout: float | None = None) -> None:
+        """Encode ``obj`` and send it (awaiting while the channel is full)."""
         header, buffers = self.encoder.encode(obj)
         await self.endpoint.send(header, buffers, timeout)
 
@@ -180,7 +191,9 @@ class AsyncTypedReceiver(_Typed, Generic[T]):
     def __init__(self, reader: AsyncReader, decoder: Decoder[T]) -> None:
         super().__init__(reader)
         self.decoder = decoder
+        """The channel's typed decoder."""
 
     async def recv(self, timeout: float | None = None) -> T:
+        """Receive the next message and decode it (``DecodeError`` if it does not fit)."""
         msg = await self.endpoint.recv(timeout)
         return self.decoder.decode(msg.header, msg.buffers)
