@@ -49,21 +49,14 @@ from transports.errors import ChannelClosedError, PeerClosedError, TransportErro
 logger = logging.getLogger(__name__)
 
 
-# An engine that fails (a worker died) first finishes every request with "error", then sends
-# EngineFailure. Error finishes are held this long so the consumer sees EngineDeadError
-# instead; a lone per-request error (a rejected request) is only delayed by it.
-ERROR_HOLD = 0.25
-
-
 class _Stream:
     """A request's state plus the event that wakes its consumer."""
 
-    __slots__ = ("event", "held", "state")
+    __slots__ = ("event", "state")
 
     def __init__(self, state: RequestState) -> None:
         self.state = state
         self.event = asyncio.Event()
-        self.held = False
 
 
 class AsyncMPClient:
@@ -94,7 +87,6 @@ class AsyncMPClient:
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
         self._pending_aborts: list[str] = []
-        self._held: list[_Stream] = []
         self._background: set[asyncio.Task[None]] = set()
         self._output_task: asyncio.Task[None] | None = None
         self._send_lock: asyncio.Lock | None = None
@@ -257,7 +249,7 @@ class AsyncMPClient:
             # eos_token_id None: the engine stops on every eos id the model declares.
             await self._send(AddRequest(rid, ids, params, now, priority))
             while True:
-                if stream.held or not state.has_news():
+                if not state.has_news():
                     if self._dead is not None:
                         raise self._dead_error()
                     stream.event.clear()
@@ -380,21 +372,6 @@ class AsyncMPClient:
                 continue  # aborted or abandoned meanwhile
             if stream.state.apply(delta, now):
                 self._abort_soon(delta.request_id)  # a stop string ended it; tell the engine
-            if delta.finish_reason == "error":
-                self._hold(stream)
-            else:
-                stream.event.set()
-
-    def _hold(self, stream: _Stream) -> None:
-        stream.held = True
-        self._held.append(stream)
-        if len(self._held) == 1 and self._loop is not None:
-            self._loop.call_later(ERROR_HOLD, self._release_held)
-
-    def _release_held(self) -> None:
-        held, self._held = self._held, []
-        for stream in held:
-            stream.held = False
             stream.event.set()
 
     def _on_result(self, res: UtilityResult) -> None:

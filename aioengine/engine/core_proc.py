@@ -176,9 +176,11 @@ class EngineProc(BusyLoopTarget):
             raise
 
     def _fail(self, exc: BaseException) -> None:
-        """Fail every request and say why, then let the output thread flush (bounded)."""
+        """Say why (EngineFailure first: the client fails every stream with EngineDeadError at
+        once), then fail every request, then let the output thread flush (bounded)."""
         message = f"engine failed: {type(exc).__name__}: {exc}"
         logger.error(message)
+        self._out_q.put(EngineFailure(message, "".join(traceback.format_exception(exc))))
         try:
             deltas = self.core.fail_all(message)
         except Exception:
@@ -186,7 +188,6 @@ class EngineProc(BusyLoopTarget):
             deltas = []
         if deltas:
             self._out_q.put(StepOutputs(deltas, time.time()))
-        self._out_q.put(EngineFailure(message, "".join(traceback.format_exception(exc))))
         self._out_q.put(None)
         for thread in self._threads:
             if thread.name == "engine-output":

@@ -7,7 +7,7 @@ Each channel has one typed msgspec decoder; tags select the variant.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -48,7 +48,7 @@ class UtilityCall(msgspec.Struct, tag="call"):
     args: list[Any] = msgspec.field(default_factory=list)
 
 
-ClientMessage = Union[AddRequest, AbortRequests, UtilityCall]
+ClientMessage = AddRequest | AbortRequests | UtilityCall
 
 
 # ---- engine -> client ---------------------------------------------------------------------
@@ -85,7 +85,7 @@ class EngineFailure(msgspec.Struct, tag="failure"):
     traceback: str = ""
 
 
-EngineMessage = Union[StepOutputs, UtilityResult, EngineFailure]
+EngineMessage = StepOutputs | UtilityResult | EngineFailure
 
 
 class EngineStats(msgspec.Struct, kw_only=True):

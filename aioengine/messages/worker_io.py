@@ -7,7 +7,7 @@ answers with a ``WorkerError`` carrying its traceback.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -50,7 +50,7 @@ class WorkerCall(msgspec.Struct, tag="call"):
     args: list[Any] = msgspec.field(default_factory=list)
 
 
-WorkerInbound = Union[StepInput, WorkerCall]
+WorkerInbound = StepInput | WorkerCall
 
 
 class SampledToken(msgspec.Struct, array_like=True):
@@ -77,4 +77,4 @@ class WorkerError(msgspec.Struct, tag="error"):
     fatal: bool = True  # False: the frame was rejected (malformed, unknown call); worker lives on
 
 
-WorkerOutbound = Union[StepResult, WorkerCallResult, WorkerError]
+WorkerOutbound = StepResult | WorkerCallResult | WorkerError
