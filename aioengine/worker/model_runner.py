@@ -28,6 +28,7 @@ from aioengine.worker.kv_cache import allocate_kv_cache
 from aioengine.worker.loader import load_model
 from aioengine.worker.sampler import Sampler
 from aioengine.worker.sampler_state import SequenceState
+from aioengine.worker.threads import apply_thread_policy
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class ModelRunner:
         self.config = config
         self.rank = rank
         self.world_size = world_size
+        apply_thread_policy(config, world_size)
         resolved = resolve_model(config.model, config.tokenizer)
         self.model, self.hf_config = load_model(
             resolved, dtype=config.dtype, device=device or config.device,

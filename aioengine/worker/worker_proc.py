@@ -15,6 +15,7 @@ malformed frame or an unknown call is answered with a non-fatal ``WorkerError`` 
 
 from __future__ import annotations
 
+import gc
 import logging
 import traceback
 from typing import Any
@@ -132,6 +133,9 @@ class WorkerProc(BusyLoopTarget):
                                    connect_timeout=la.connect_timeout)
         reader = self._reader
         ctx.add_wakeup(reader.close)  # a blocked recv wakes with ChannelClosedError
+        # The model and modules live as long as the process: keep them out of the collector's
+        # scans, which otherwise stall steps and the interpreter's exit for seconds.
+        gc.freeze()
         return {"rank": la.rank, "num_kv_blocks": blocks, "max_model_len": runner.max_model_len,
                 "device": str(device), "dtype": str(runner.dtype).replace("torch.", "")}
 
