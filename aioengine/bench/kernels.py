@@ -206,13 +206,14 @@ class _HFModel:
 
     def __init__(self, runner: Any) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         from aioengine.hub import resolve_model
 
         resolved = resolve_model(runner.config.model, runner.config.tokenizer)
         if resolved.load_format_hint == "dummy":  # presets: random weights of the same shapes
-            self.model = AutoModelForCausalLM.from_config(runner.hf_config, dtype=runner.dtype)
+            hf_config = AutoConfig.from_pretrained(resolved.model_path)
+            self.model = AutoModelForCausalLM.from_config(hf_config, dtype=runner.dtype)
         else:
             self.model = AutoModelForCausalLM.from_pretrained(resolved.model_path,
                                                               dtype=runner.dtype)

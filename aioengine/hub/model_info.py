@@ -20,7 +20,9 @@ class ModelInfo(msgspec.Struct, frozen=True):
     chat_template: str | None
 
 
-def _read_json(path: str) -> dict[str, Any] | None:
+def read_json(path: str) -> dict[str, Any] | None:
+    """A JSON object file's contents; None when the file is absent; ValueError naming the file
+    when it is not a JSON object."""
     if not os.path.isfile(path):
         return None
     try:
@@ -47,7 +49,7 @@ def read_chat_template(tokenizer_dir: str) -> str | None:
     if os.path.isfile(jinja):
         with open(jinja, encoding="utf-8") as f:
             return f.read()
-    config = _read_json(os.path.join(tokenizer_dir, "tokenizer_config.json")) or {}
+    config = read_json(os.path.join(tokenizer_dir, "tokenizer_config.json")) or {}
     template = config.get("chat_template")
     if isinstance(template, list):  # named templates: take the default one
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -58,14 +60,14 @@ def read_chat_template(tokenizer_dir: str) -> str | None:
 def read_model_info(model_path: str, tokenizer_path: str | None = None) -> ModelInfo:
     """Raises FileNotFoundError / ValueError naming the file for a missing or malformed dir."""
     config_path = os.path.join(model_path, "config.json")
-    config = _read_json(config_path)
+    config = read_json(config_path)
     if config is None:
         raise FileNotFoundError(f"no config.json in model directory {model_path!r}")
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     for key in ("vocab_size", "max_position_embeddings"):
         if not isinstance(text.get(key), int):
             raise ValueError(f"{config_path} has no integer {key!r}")
-    gen = _read_json(os.path.join(model_path, "generation_config.json")) or {}
+    gen = read_json(os.path.join(model_path, "generation_config.json")) or {}
     eos = _ids(gen.get("eos_token_id")) or _ids(text.get("eos_token_id"))
     bos = gen.get("bos_token_id", text.get("bos_token_id"))
     return ModelInfo(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -11,9 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import GPT2Config
 
-from aioengine.worker.loader import load_hf_config, load_model, resolve_device, resolve_dtype
+from aioengine.worker.loader import load_model, read_model_spec, resolve_device, resolve_dtype
 from aioengine.worker.models import build_model
-from aioengine.worker.models.spec import ModelSpec
 from tests.worker.driver import Driver
 from tests.worker.hf_models import make_hf_model
 
@@ -177,26 +177,37 @@ def test_bad_arguments(qwen_dir):
             resolve_device("cuda")
 
 
-def test_auto_dtype(qwen_dir):
-    cfg = load_hf_config(qwen_dir[0])
-    assert resolve_dtype("auto", cfg, torch.device("cpu")) == torch.float32
-    assert resolve_dtype("bfloat16", cfg, torch.device("cpu")) == torch.bfloat16
-    cfg.dtype = "float16"
-    assert resolve_dtype("auto", cfg, torch.device("cuda")) == torch.float16
+def test_auto_dtype(qwen_dir, tmp_path):
+    spec = read_model_spec(qwen_dir[0])
+    assert resolve_dtype("auto", spec, torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", spec, torch.device("cpu")) == torch.bfloat16
+    assert resolve_dtype("auto", spec, torch.device("cuda")) == torch.float32  # as saved
+    for key in ("dtype", "torch_dtype", None):  # transformers 5 and 4 spellings, and none
+        out = _copy(qwen_dir[0], tmp_path / str(key))
+        _edit_config(out, dtype=None)
+        if key is None:
+            assert resolve_dtype("auto", read_model_spec(out), torch.device("cuda")) == \
+                torch.bfloat16
+            continue
+        _edit_config(out, **{key: "float16"})
+        spec = read_model_spec(out)
+        assert spec.checkpoint_dtype == "float16"
+        assert resolve_dtype("auto", spec, torch.device("cuda")) == torch.float16
+        assert resolve_dtype("auto", spec, torch.device("cpu")) == torch.float32
 
 
 def test_tensor_parallel_shapes_must_divide(qwen_dir):
-    cfg = load_hf_config(qwen_dir[0])
+    cfg = read_model_spec(qwen_dir[0])
     with pytest.raises(ValueError, match=r"num_attention_heads \(4\) must be divisible by "
                                          r"tensor_parallel_size \(3\)"):
         build_model(cfg, dtype=torch.float32, device="cpu", tp_rank=0, tp_size=3)
     with pytest.raises(ValueError, match=r"num_key_value_heads \(1\) must be divisible by "
                                          r"tensor_parallel_size \(2\)"):
         build_model(cfg, dtype=torch.float32, device="cpu", tp_rank=0, tp_size=2)
-    cfg.num_key_value_heads = 2
+    cfg = dataclasses.replace(cfg, num_kv_heads=2)
     with pytest.raises(RuntimeError, match=r"needs torch\.distributed"):
         build_model(cfg, dtype=torch.float32, device="cpu", tp_rank=1, tp_size=2)
-    assert ModelSpec.from_hf(cfg).kv_heads_per_rank(2) == 1
+    assert cfg.kv_heads_per_rank(2) == 1
 
 
 def test_kv_cache_must_fit_the_model(qwen_dir):

@@ -6,16 +6,15 @@ import torch
 
 from aioengine.hub import resolve_model
 from aioengine.worker.kv_cache import kv_cache_bytes_per_block
-from aioengine.worker.loader import load_hf_config
-from aioengine.worker.models.spec import ModelSpec
+from aioengine.worker.loader import read_model_spec
 
 
 def test_preset_shapes():
-    qwen = ModelSpec.from_hf(load_hf_config(resolve_model("qwen2.5-0.5b").model_path))
+    qwen = read_model_spec(resolve_model("qwen2.5-0.5b").model_path)
     assert (qwen.family, qwen.hidden_size, qwen.num_layers, qwen.num_heads, qwen.num_kv_heads,
             qwen.head_dim, qwen.vocab_size) == ("qwen2", 896, 24, 14, 2, 64, 151936)
     assert qwen.qkv_bias and qwen.tie_word_embeddings
-    llama = ModelSpec.from_hf(load_hf_config(resolve_model("llama-3.2-1b").model_path))
+    llama = read_model_spec(resolve_model("llama-3.2-1b").model_path)
     assert (llama.family, llama.hidden_size, llama.num_layers, llama.num_heads,
             llama.num_kv_heads, llama.head_dim) == ("llama", 2048, 16, 32, 8, 64)
     assert llama.rope.rope_type == "llama3" and llama.rope.factor == 32.0

@@ -8,20 +8,18 @@ from transformers import AutoModelForCausalLM
 
 from aioengine.hub import resolve_model
 from aioengine.worker.loader import load_model
-from aioengine.worker.models.spec import ModelSpec
 from tests.worker.driver import Driver
 
 
 def test_tiny_loads_and_matches_transformers():
     resolved = resolve_model("tiny")
-    ours, cfg = load_model("tiny", dtype="float32", device="cpu")
-    spec = ModelSpec.from_hf(cfg)
+    ours, spec = load_model("tiny", dtype="float32", device="cpu")
     assert spec.family == "llama" and spec.max_position_embeddings >= 2048
     assert not spec.tie_word_embeddings and spec.num_kv_heads < spec.num_heads
     hf = AutoModelForCausalLM.from_pretrained(resolved.model_path, dtype=torch.float32).eval()
     tok = Tokenizer.from_file(f"{resolved.tokenizer_path}/tokenizer.json")
     prompt = tok.encode("Once upon a time, the model").ids
-    d = Driver(ours, cfg, block_size=16)
+    d = Driver(ours, spec, block_size=16)
     d.add(prompt)
     d.step([(0, len(prompt))])
     d.decode_all(24)

@@ -32,9 +32,12 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(device)
 
 
-def config_dtype(hf_config: Any) -> torch.dtype | None:
-    """The checkpoint's dtype as the config states it (``dtype`` or legacy ``torch_dtype``)."""
-    value = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+def config_dtype(model_config: Any) -> torch.dtype | None:
+    """The checkpoint's dtype as the config states it: a ``ModelSpec``'s ``checkpoint_dtype``,
+    or a transformers config's ``dtype`` (legacy ``torch_dtype``)."""
+    value = (getattr(model_config, "checkpoint_dtype", None)
+             or getattr(model_config, "dtype", None)
+             or getattr(model_config, "torch_dtype", None))
     if isinstance(value, torch.dtype):
         return value
     if isinstance(value, str):
@@ -42,7 +45,8 @@ def config_dtype(hf_config: Any) -> torch.dtype | None:
     return None
 
 
-def resolve_dtype(dtype: str | torch.dtype, hf_config: Any, device: torch.device) -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype, model_config: Any,
+                  device: torch.device) -> torch.dtype:
     """Explicit names map directly; ``auto`` is the config's dtype on GPU (bfloat16 when the
     config names none) and ``CPU_AUTO_DTYPE`` on CPU."""
     if isinstance(dtype, torch.dtype):
@@ -52,7 +56,7 @@ def resolve_dtype(dtype: str | torch.dtype, hf_config: Any, device: torch.device
     if dtype == "auto":
         if device.type == "cpu":
             return CPU_AUTO_DTYPE
-        return config_dtype(hf_config) or torch.bfloat16
+        return config_dtype(model_config) or torch.bfloat16
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {list(_DTYPES)}, got {dtype!r}")
     return _DTYPES[dtype]

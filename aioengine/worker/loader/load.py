@@ -1,38 +1,44 @@
-"""``load_model``: directory (or resolved built-in) -> (model with weights, hf_config)."""
+"""``load_model``: directory (or resolved built-in) -> (model with weights, its ``ModelSpec``).
+
+The config is read from ``config.json`` directly (``read_model_spec``), never through
+transformers: its import and ``AutoConfig`` cost seconds of CPU in every engine and worker.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 import torch
 
 from aioengine.hub import ResolvedModel, resolve_model
+from aioengine.hub.model_info import read_json
 from aioengine.worker.loader.devices import resolve_device, resolve_dtype
 from aioengine.worker.loader.weights import load_dummy, load_safetensors
 from aioengine.worker.models import CausalLM, build_model
+from aioengine.worker.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 
 
-def load_hf_config(model_dir: str) -> Any:
-    """The directory's ``config.json`` through transformers (clear errors when absent)."""
+def read_model_spec(model_dir: str) -> ModelSpec:
+    """The directory's ``config.json`` as a ``ModelSpec`` (FileNotFoundError / ValueError
+    naming the directory or file when it is absent, malformed or unsupported)."""
     if not os.path.isdir(model_dir):
         raise FileNotFoundError(f"model directory {model_dir!r} does not exist")
-    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+    path = os.path.join(model_dir, "config.json")
+    raw = read_json(path)
+    if raw is None:
         raise FileNotFoundError(f"no config.json in model directory {model_dir!r}")
-    from transformers import AutoConfig  # heavy import, only where a model is loaded
-
-    return AutoConfig.from_pretrained(model_dir)
+    return ModelSpec.from_config_dict(raw, source=path)
 
 
 def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtype = "auto",
                device: str | torch.device = "auto", load_format: str = "auto", tp_rank: int = 0,
-               tp_size: int = 1, seed: int = 0) -> tuple[CausalLM, Any]:
-    """Build the model for this rank and fill its weights; returns ``(model, hf_config)``.
+               tp_size: int = 1, seed: int = 0) -> tuple[CausalLM, ModelSpec]:
+    """Build the model for this rank and fill its weights; returns ``(model, spec)``.
 
     ``path_or_resolved``: a local Hugging Face directory, a built-in name (``tiny``, a preset),
     or a ``ResolvedModel``. ``load_format``: ``auto`` (the built-in's hint, else safetensors),
@@ -44,11 +50,10 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
                 else resolve_model(path_or_resolved))
     if load_format == "auto":
         load_format = resolved.load_format_hint
-    hf_config = load_hf_config(resolved.model_path)
+    spec = read_model_spec(resolved.model_path)
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, hf_config, dev)
-    model = build_model(hf_config, dtype=torch_dtype, device=dev, tp_rank=tp_rank,
-                        tp_size=tp_size)
+    torch_dtype = resolve_dtype(dtype, spec, dev)
+    model = build_model(spec, dtype=torch_dtype, device=dev, tp_rank=tp_rank, tp_size=tp_size)
     if load_format == "dummy":
         load_dummy(model, seed)
     else:
@@ -56,4 +61,4 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
     model.eval()
     logger.info("loaded %s (%s, %s, %s weights, rank %d/%d)", resolved.model_path, torch_dtype,
                 dev, load_format, tp_rank, tp_size)
-    return model, hf_config
+    return model, spec

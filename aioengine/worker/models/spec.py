@@ -1,8 +1,17 @@
 """The facts of a decoder-only model our one decoder implementation needs, read from a Hugging
-Face config, with the small per-family differences made explicit."""
+Face ``config.json`` (``ModelSpec.from_config_dict``) with the small per-family differences
+made explicit.
+
+The engine reads the JSON itself: importing transformers for ``AutoConfig`` costs seconds of
+CPU in every engine and worker process. ``FAMILY_DEFAULTS`` restates the defaults transformers'
+``LlamaConfig``, ``Qwen2Config`` and ``Qwen3Config`` (5.x) give keys a config leaves out, so
+both readings agree; ``ModelSpec.from_hf`` reads a transformers config object, and the tests
+hold the two against each other.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +24,29 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
 }
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+
+_QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
+         "max_position_embeddings": 32768, "use_sliding_window": False}
+# The transformers config class defaults, by ``model_type`` (as AutoConfig picks the class).
+# ``None`` means "derived": kv heads = attention heads, head_dim = hidden_size // heads.
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"vocab_size": 32000, "intermediate_size": 11008, "num_key_value_heads": None,
+              "max_position_embeddings": 2048, "head_dim": None, "mlp_bias": False},
+    "qwen2": {**_QWEN, "head_dim": None},
+    "qwen3": {**_QWEN, "head_dim": 128},
+}
+_COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                    "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+                    "attention_bias": False}
+DEFAULT_ROPE_THETA = 10000.0  # transformers' ``default_theta``
+ROPE_TYPES = ("default", "linear", "llama3")
+
+_POSITIVE_INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "max_position_embeddings")
+_OPTIONAL_INTS = ("num_key_value_heads", "head_dim")
+_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")
+
+Getter = Callable[[str], Any]  # config key -> value, None when absent
 
 
 @dataclass(frozen=True)
@@ -41,45 +73,40 @@ class ModelSpec:
     rms_norm_eps: float
     rope: RopeSpec
     qkv_bias: bool  # Qwen2: always; Llama/Qwen3: ``attention_bias``
-    o_bias: bool  # Llama ``attention_bias`` covers o_proj too
-    mlp_bias: bool
+    o_bias: bool  # Llama/Qwen3 ``attention_bias`` covers o_proj too; never on Qwen2
+    mlp_bias: bool  # Llama only (Qwen MLPs have no bias whatever the config says)
     qk_norm: bool  # Qwen3: RMSNorm over head_dim on q and k before RoPE
     tie_word_embeddings: bool
+    checkpoint_dtype: str | None = None  # config's ``dtype`` / ``torch_dtype``, e.g. "bfloat16"
+
+    @classmethod
+    def from_config_dict(cls, raw: Mapping[str, Any], source: str = "config.json"
+                         ) -> ModelSpec:
+        """From a parsed ``config.json``; keys it leaves out get the family's transformers
+        defaults. Raises ValueError naming ``source`` and the key for a bad or unsupported
+        value."""
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+        family = family_of(raw.get, source)
+        model_type = raw.get("model_type")
+        defaults = FAMILY_DEFAULTS[_MODEL_TYPES.get(model_type, family)]  # type: ignore[arg-type]
+        merged = {**_COMMON_DEFAULTS, **defaults, **raw}
+        _check_types(merged, source)
+        return _build(merged.get, family, source)
 
     @classmethod
     def from_hf(cls, cfg: Any) -> ModelSpec:
-        family = family_of(cfg)
-        act = getattr(cfg, "hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"hidden_act {act!r} is not supported (only 'silu')")
-        if getattr(cfg, "use_sliding_window", False):
-            raise ValueError("sliding-window attention (use_sliding_window=true) is not "
-                             "supported")
-        heads = cfg.num_attention_heads
-        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-        if heads % kv_heads:
-            raise ValueError(f"num_attention_heads ({heads}) must be a multiple of "
-                             f"num_key_value_heads ({kv_heads})")
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        attention_bias = bool(getattr(cfg, "attention_bias", False))
-        return cls(
-            family=family,
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.hidden_size,
-            intermediate_size=cfg.intermediate_size,
-            num_layers=cfg.num_hidden_layers,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            max_position_embeddings=cfg.max_position_embeddings,
-            rms_norm_eps=cfg.rms_norm_eps,
-            rope=rope_spec(cfg),
-            qkv_bias=True if family == "qwen2" else attention_bias,
-            o_bias=attention_bias if family == "llama" else False,
-            mlp_bias=bool(getattr(cfg, "mlp_bias", False)),
-            qk_norm=family == "qwen3",
-            tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
-        )
+        """From a transformers config object (its defaults are applied already). The engine
+        reads JSON; this is the oracle the tests compare ``from_config_dict`` with."""
+        source = type(cfg).__name__
+
+        def get(key: str) -> Any:
+            return getattr(cfg, key, None)
+
+        family = family_of(get, source)
+        _check_types({key: get(key) for key in (*_POSITIVE_INTS, *_OPTIONAL_INTS, "rms_norm_eps")},
+                     source)
+        return _build(get, family, source)
 
     def kv_heads_per_rank(self, tp_size: int) -> int:
         return divide(self.num_kv_heads, tp_size, "num_key_value_heads")
@@ -90,36 +117,122 @@ class ModelSpec:
         divide(self.intermediate_size, tp_size, "intermediate_size")
 
 
-def family_of(cfg: Any) -> str:
-    archs = list(getattr(cfg, "architectures", None) or [])
+def family_of(get: Getter, source: str = "config") -> str:
+    """The family from ``architectures`` (or ``model_type`` when that is absent)."""
+    archs = get("architectures") or []
+    if not isinstance(archs, list | tuple) or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"{source}: 'architectures' must be a list of strings, got {archs!r}")
     for arch in archs:
         if arch in SUPPORTED_ARCHITECTURES:
             return SUPPORTED_ARCHITECTURES[arch]
-    if not archs and getattr(cfg, "model_type", None) in _MODEL_TYPES:
-        return _MODEL_TYPES[cfg.model_type]
-    got = archs or [getattr(cfg, "model_type", None)]
-    raise ValueError(f"unsupported model architecture {got}; supported: "
+    model_type = get("model_type")
+    if not archs and model_type in _MODEL_TYPES:
+        return _MODEL_TYPES[model_type]
+    got = list(archs) or [model_type]
+    raise ValueError(f"{source}: unsupported model architecture {got}; supported: "
                      f"{sorted(SUPPORTED_ARCHITECTURES)}")
 
 
-def rope_spec(cfg: Any) -> RopeSpec:
-    """RoPE settings from ``rope_parameters`` (transformers 5) or ``rope_scaling`` +
-    ``rope_theta`` (older configs)."""
-    params = dict(getattr(cfg, "rope_parameters", None) or {})
-    legacy = getattr(cfg, "rope_scaling", None)
-    if not params and legacy:
-        params = dict(legacy)
-    theta = params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
-    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+def _check_types(values: Mapping[str, Any], source: str) -> None:
+    """JSON gives any type anywhere: name the key instead of failing deep in model code."""
+    for key in _POSITIVE_INTS:
+        value = values.get(key)
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"{source}: {key!r} must be a positive integer, got {value!r}")
+    for key in _OPTIONAL_INTS:
+        value = values.get(key)
+        if value is not None and (not _is_int(value) or value < 1):
+            raise ValueError(f"{source}: {key!r} must be a positive integer or null, got "
+                             f"{value!r}")
+    eps = values.get("rms_norm_eps")
+    if not _is_number(eps) or eps <= 0:
+        raise ValueError(f"{source}: 'rms_norm_eps' must be a positive number, got {eps!r}")
+    for key in _BOOLS:
+        if key in values and values[key] is not None and not isinstance(values[key], bool):
+            raise ValueError(f"{source}: {key!r} must be true or false, got {values[key]!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _build(get: Getter, family: str, source: str) -> ModelSpec:
+    act = get("hidden_act") or "silu"
+    if act != "silu":
+        raise ValueError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
+    if get("use_sliding_window"):
+        raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is "
+                         "not supported")
+    heads = get("num_attention_heads")
+    kv_heads = get("num_key_value_heads") or heads
+    if heads % kv_heads:
+        raise ValueError(f"{source}: num_attention_heads ({heads}) must be a multiple of "
+                         f"num_key_value_heads ({kv_heads})")
+    attention_bias = bool(get("attention_bias"))
+    dtype = get("dtype") or get("torch_dtype")
+    return ModelSpec(
+        family=family,
+        vocab_size=get("vocab_size"),
+        hidden_size=get("hidden_size"),
+        intermediate_size=get("intermediate_size"),
+        num_layers=get("num_hidden_layers"),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=get("head_dim") or get("hidden_size") // heads,
+        max_position_embeddings=get("max_position_embeddings"),
+        rms_norm_eps=float(get("rms_norm_eps")),
+        rope=rope_spec(get, source),
+        qkv_bias=True if family == "qwen2" else attention_bias,
+        o_bias=attention_bias if family in ("llama", "qwen3") else False,
+        mlp_bias=bool(get("mlp_bias")) if family == "llama" else False,
+        qk_norm=family == "qwen3",
+        tie_word_embeddings=bool(get("tie_word_embeddings")),
+        checkpoint_dtype=None if dtype is None else str(dtype).removeprefix("torch."),
+    )
+
+
+def rope_spec(get: Getter, source: str = "config") -> RopeSpec:
+    """RoPE settings as transformers standardises them: ``rope_scaling`` (older configs) or
+    ``rope_parameters`` (transformers 5), with ``rope_theta`` inside or at the top level."""
+    given = get("rope_scaling") or get("rope_parameters") or {}
+    if not isinstance(given, Mapping):
+        raise ValueError(f"{source}: 'rope_parameters' must be an object, got {given!r}")
+    params = dict(given)
+    theta = params.get("rope_theta", get("rope_theta"))
+    theta = DEFAULT_ROPE_THETA if theta is None else theta
+    partial = params.get("partial_rotary_factor", get("partial_rotary_factor"))
+    if partial not in (None, 1, 1.0):
+        raise ValueError(f"{source}: partial rotary embeddings (partial_rotary_factor="
+                         f"{partial!r}) are not supported")
+    rope_type = params.get("rope_type", params.get("type")) or "default"
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"{source}: rope type {rope_type!r} is not supported; supported: "
+                         f"{list(ROPE_TYPES)}")
+
+    def number(key: str) -> float:
+        value = params.get(key)
+        if not _is_number(value) or value <= 0:
+            missing = "missing" if value is None else f"{value!r}"
+            raise ValueError(f"{source}: {rope_type} RoPE needs a positive {key!r}, got "
+                             f"{missing}")
+        return float(value)
+
+    if not _is_number(theta) or theta <= 0:
+        raise ValueError(f"{source}: 'rope_theta' must be a positive number, got {theta!r}")
     if rope_type == "default":
         return RopeSpec(theta=float(theta))
     if rope_type == "linear":
-        return RopeSpec(theta=float(theta), rope_type="linear", factor=float(params["factor"]))
-    if rope_type == "llama3":
-        return RopeSpec(
-            theta=float(theta), rope_type="llama3", factor=float(params["factor"]),
-            low_freq_factor=float(params["low_freq_factor"]),
-            high_freq_factor=float(params["high_freq_factor"]),
-            original_max_position=int(params["original_max_position_embeddings"]))
-    raise ValueError(f"rope type {rope_type!r} is not supported; supported: "
-                     "['default', 'linear', 'llama3']")
+        return RopeSpec(theta=float(theta), rope_type="linear", factor=number("factor"))
+    # As transformers: a top-level original_max_position_embeddings wins, then the dict's,
+    # then max_position_embeddings.
+    if get("original_max_position_embeddings") is not None:
+        params["original_max_position_embeddings"] = get("original_max_position_embeddings")
+    params.setdefault("original_max_position_embeddings", get("max_position_embeddings"))
+    return RopeSpec(
+        theta=float(theta), rope_type="llama3", factor=number("factor"),
+        low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"),
+        original_max_position=int(number("original_max_position_embeddings")))

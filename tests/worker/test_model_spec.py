@@ -1,0 +1,176 @@
+"""``config.json`` -> ModelSpec without transformers, held against transformers' own reading
+(``AutoConfig`` -> ``ModelSpec.from_hf``) of the very same files; a clear error per bad value;
+and the engine's load path never imports transformers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from transformers import AutoConfig
+
+from aioengine.hub import PRESETS, resolve_model
+from aioengine.worker.loader import read_model_spec
+from aioengine.worker.models.spec import SUPPORTED_ARCHITECTURES, ModelSpec
+from tests.worker.hf_models import VARIANTS
+
+_ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+_SMALL = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+          "num_attention_heads": 4}
+
+# Hand-written configs: keys left out (family defaults), legacy and new spellings.
+RAW_CONFIGS: dict[str, dict] = {
+    **{f"bare-{t}": {"model_type": t, "architectures": [a]} for t, a in _ARCH.items()},
+    # Qwen configs default to 32 kv heads (not "as many as attention heads"): state them.
+    **{f"small-{t}": {"model_type": t, "architectures": [a], **_SMALL,
+                      **({} if t == "llama" else {"num_key_value_heads": 2})}
+       for t, a in _ARCH.items()},
+    "qwen2-kv-default": {"model_type": "qwen2", "architectures": [_ARCH["qwen2"]], **_SMALL,
+                         "num_attention_heads": 64, "hidden_size": 2048},
+    "qwen3-null-kv-heads": {"model_type": "qwen3", "architectures": [_ARCH["qwen3"]], **_SMALL,
+                            "num_key_value_heads": None},  # null: as many as attention heads
+    "llama3-legacy-no-original": {
+        "model_type": "llama", "architectures": [_ARCH["llama"]], **_SMALL,
+        "max_position_embeddings": 4096, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+        "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0}},
+    "llama3-top-level-original": {
+        "model_type": "llama", "architectures": [_ARCH["llama"]], **_SMALL,
+        "original_max_position_embeddings": 1024,
+        "rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 2048,
+                            "rope_theta": 20000.0}},
+    "linear-new-spelling": {
+        "model_type": "llama", "architectures": [_ARCH["llama"]], **_SMALL, "dtype": "float16",
+        "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1234.0}},
+    "qwen2-flags-ignored": {  # Qwen2 has biased qkv, unbiased o/mlp, whatever the flags say
+        "model_type": "qwen2", "architectures": [_ARCH["qwen2"]], **_SMALL,
+        "attention_bias": False, "mlp_bias": True, "tie_word_embeddings": True,
+        "num_key_value_heads": 4},
+    "qwen3-attention-bias": {"model_type": "qwen3", "architectures": [_ARCH["qwen3"]], **_SMALL,
+                             "attention_bias": True, "head_dim": 8, "num_key_value_heads": 1},
+    "llama-biases": {"model_type": "llama", "architectures": [_ARCH["llama"]], **_SMALL,
+                     "attention_bias": True, "mlp_bias": True, "num_key_value_heads": 2},
+}
+
+
+def _write(path: str, raw: dict) -> str:
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(raw, f)
+    return path
+
+
+def _oracle(path: str) -> ModelSpec:
+    return ModelSpec.from_hf(AutoConfig.from_pretrained(path))
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_saved_parity_config_reads_as_transformers_does(variant, tmp_path):
+    cls, kwargs = VARIANTS[variant]
+    cls(**kwargs).save_pretrained(str(tmp_path))  # transformers 5 spelling (rope_parameters)
+    spec = read_model_spec(str(tmp_path))
+    assert spec == _oracle(str(tmp_path))
+    assert spec.family == SUPPORTED_ARCHITECTURES[kwargs["architectures"][0]]
+
+
+@pytest.mark.parametrize("name", sorted(RAW_CONFIGS))
+def test_hand_written_config_reads_as_transformers_does(name, tmp_path):
+    path = _write(str(tmp_path), RAW_CONFIGS[name])
+    assert read_model_spec(path) == _oracle(path)
+
+
+@pytest.mark.parametrize("name", ["tiny", *sorted(PRESETS)])
+def test_builtin_configs_read_as_transformers_does(name):
+    path = resolve_model(name).model_path
+    assert read_model_spec(path) == _oracle(path)
+
+
+def test_defaults_are_the_families_own():
+    bare = {t: ModelSpec.from_config_dict(RAW_CONFIGS[f"bare-{t}"]) for t in _ARCH}
+    assert (bare["llama"].num_kv_heads, bare["llama"].head_dim,
+            bare["llama"].max_position_embeddings) == (32, 128, 2048)
+    assert (bare["qwen2"].vocab_size, bare["qwen2"].max_position_embeddings) == (151936, 32768)
+    small = {t: ModelSpec.from_config_dict(RAW_CONFIGS[f"small-{t}"]) for t in _ARCH}
+    assert small["llama"].head_dim == 16 and small["qwen2"].head_dim == 16
+    assert small["qwen3"].head_dim == 128  # Qwen3Config's default, not hidden // heads
+    assert small["llama"].num_kv_heads == 4  # as many as attention heads
+    assert ModelSpec.from_config_dict(RAW_CONFIGS["qwen2-kv-default"]).num_kv_heads == 32
+    with pytest.raises(ValueError, match=r"num_attention_heads \(4\) must be a multiple of "
+                                         r"num_key_value_heads \(32\)"):
+        ModelSpec.from_config_dict({k: v for k, v in RAW_CONFIGS["small-qwen2"].items()
+                                    if k != "num_key_value_heads"})
+    spec = ModelSpec.from_config_dict(RAW_CONFIGS["llama3-legacy-no-original"])
+    assert spec.rope.original_max_position == 4096 and spec.checkpoint_dtype == "bfloat16"
+    spec = ModelSpec.from_config_dict(RAW_CONFIGS["llama3-top-level-original"])
+    assert spec.rope.original_max_position == 1024 and spec.rope.theta == 20000.0
+
+
+def _raw(**changes) -> dict:
+    return {"architectures": ["LlamaForCausalLM"], **_SMALL, **changes}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"hidden_size": "64"}, r"'hidden_size' must be a positive integer, got '64'"),
+    ({"num_hidden_layers": 0}, r"'num_hidden_layers' must be a positive integer, got 0"),
+    ({"vocab_size": True}, r"'vocab_size' must be a positive integer, got True"),
+    ({"head_dim": 1.5}, r"'head_dim' must be a positive integer or null, got 1\.5"),
+    ({"rms_norm_eps": -1}, r"'rms_norm_eps' must be a positive number, got -1"),
+    ({"tie_word_embeddings": "yes"}, r"'tie_word_embeddings' must be true or false"),
+    ({"architectures": "LlamaForCausalLM"}, r"'architectures' must be a list of strings"),
+    ({"architectures": ["MistralForCausalLM"]},
+     r"unsupported model architecture \['MistralForCausalLM'\]; supported: "),
+    ({"num_key_value_heads": 3}, r"num_attention_heads \(4\) must be a multiple of "
+                                 r"num_key_value_heads \(3\)"),
+    ({"hidden_act": "gelu"}, r"hidden_act 'gelu' is not supported"),
+    ({"use_sliding_window": True}, r"sliding-window attention"),
+    ({"rope_parameters": [1, 2]}, r"'rope_parameters' must be an object"),
+    ({"rope_theta": "big"}, r"'rope_theta' must be a positive number, got 'big'"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+     r"rope type 'dynamic' is not supported; supported: \['default', 'linear', 'llama3'\]"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}},
+     r"llama3 RoPE needs a positive 'low_freq_factor', got missing"),
+    ({"rope_parameters": {"rope_type": "linear"}}, r"linear RoPE needs a positive 'factor'"),
+    ({"partial_rotary_factor": 0.5}, r"partial rotary embeddings .* are not supported"),
+])
+def test_bad_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
+        ModelSpec.from_config_dict(_raw(**changes), source="cfg.json")
+
+
+def test_bad_files_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"model directory .* does not exist"):
+        read_model_spec(str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match=r"no config\.json in model directory"):
+        read_model_spec(str(tmp_path))
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"malformed JSON in .*config\.json"):
+        read_model_spec(str(tmp_path))
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"config\.json: expected a JSON object, got list"):
+        read_model_spec(str(tmp_path))
+
+
+def test_engine_load_path_does_not_import_transformers():
+    """A fresh process builds a ModelRunner for tiny (the engine's own path: resolve, read the
+    config, build, load safetensors, size and allocate the KV cache) without transformers."""
+    code = textwrap.dedent("""
+        import sys
+        from aioengine.config import EngineConfig
+        from aioengine.engine.core_proc import make_engine_target
+        from aioengine.worker.model_runner import ModelRunner
+        from aioengine.worker.worker_proc import make_worker_target
+        runner = ModelRunner(EngineConfig(model="tiny", device="cpu"))
+        runner.allocate_kv_cache(runner.plan_kv_blocks())
+        assert runner.spec.family == "llama" and runner.num_kv_blocks >= 0
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "transformers"))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=os.path.dirname(os.path.dirname(
+                             os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
