@@ -3,10 +3,18 @@
 One tensor per layer, ``[2, num_kv_heads_per_rank, num_blocks, block_size, head_dim]``
 (k then v); block ids from the engine's block manager index dimension 2. See
 ``aioengine.worker.attention.paged`` for why heads come before blocks.
+
+On CPU the cache lives in anonymous private ``mmap`` memory: the kernel hands out zero pages
+and commits one only when it is first written, so allocating the default capacity (gigabytes
+for ``max_num_seqs`` full contexts) is instant and resident memory follows the blocks actually
+used. ``torch.zeros`` would write every byte up front (seconds on a loaded box, all charged to
+RSS at once). On GPU, ``torch.zeros``.
 """
 
 from __future__ import annotations
 
+import math
+import mmap
 from typing import Any
 
 import torch
@@ -41,10 +49,24 @@ def num_blocks_for_bytes(model_config: Any, memory_bytes: int, block_size: int,
 
 def allocate_kv_cache(model_config: Any, num_blocks: int, block_size: int, dtype: torch.dtype,
                       device: torch.device | str, tp_size: int = 1) -> list[torch.Tensor]:
-    """Zeroed KV cache, one tensor per layer (zeros: unwritten slots never hold NaN)."""
+    """Zeroed KV cache, one tensor per layer (zeros: unwritten slots never hold NaN); lazily
+    committed on CPU (``lazy_zeros``)."""
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks} and "
                          f"{block_size}")
     spec = _spec(model_config)
     shape = (2, spec.kv_heads_per_rank(tp_size), num_blocks, block_size, spec.head_dim)
+    if torch.device(device).type == "cpu":
+        return [lazy_zeros(shape, dtype) for _ in range(spec.num_layers)]
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zero CPU tensor over anonymous private memory, committed page by page on first write.
+    The tensor holds the only reference to its mapping (``torch.frombuffer`` keeps it alive),
+    so the memory goes back to the kernel when the tensor is freed."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return torch.frombuffer(buf, dtype=dtype).view(shape)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import os
+
 import pytest
 import torch
 from transformers import LlamaConfig
@@ -43,3 +46,48 @@ def test_bad_sizes():
         allocate_kv_cache(CONFIG, 0, 16, torch.float32, "cpu")
     with pytest.raises(ValueError, match=r"num_key_value_heads \(4\) must be divisible"):
         kv_cache_bytes_per_block(CONFIG, 16, torch.float32, tp_size=3)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+MiB = 1 << 20
+
+
+def test_cpu_cache_is_committed_lazily_and_reads_zero():
+    """1 GiB of cache costs no resident memory until written; writes commit only their pages;
+    freeing the tensors gives the memory back."""
+    config = LlamaConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=8,
+                         num_hidden_layers=4, intermediate_size=96, vocab_size=100,
+                         architectures=["LlamaForCausalLM"])
+    per = kv_cache_bytes_per_block(config, 16, torch.float32)
+    blocks = (1 << 30) // per
+    gc.collect()
+    before = _rss_bytes()
+    caches = allocate_kv_cache(config, blocks, 16, torch.float32, "cpu")
+    assert sum(c.numel() * c.element_size() for c in caches) == blocks * per >= 1000 * MiB
+    assert _rss_bytes() - before < 32 * MiB
+    sample = torch.arange(0, blocks, 97)
+    assert all(not c.index_select(2, sample).any() for c in caches)  # reads zero pages only
+    assert _rss_bytes() - before < 32 * MiB
+    written = 64 * MiB // (per // 4)  # blocks holding 64 MiB per layer
+    for c in caches:
+        c[:, :, :written] = 1.5
+    grown = _rss_bytes() - before
+    assert 200 * MiB < grown < 400 * MiB  # 4 layers x 64 MiB, nothing more
+    assert all(float(c[1, 3, written - 1, 15, 31]) == 1.5 and float(c[0, 0, written, 0, 0]) == 0
+               for c in caches)
+    del caches, c
+    gc.collect()
+    assert _rss_bytes() - before < 32 * MiB
+
+
+def test_cpu_cache_in_every_dtype():
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        caches = allocate_kv_cache(CONFIG, 3, 4, dtype, "cpu")
+        assert all(c.dtype == dtype and c.shape == (2, 4, 3, 4, 8) and c.is_contiguous()
+                   and not c.any() for c in caches)
+        caches[0][1, 2, 1] = 2.0
+        assert float(caches[0].sum()) == 2.0 * 4 * 8 and not caches[1].any()
