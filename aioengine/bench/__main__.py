@@ -33,6 +33,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--endpoint", default=None, metavar="URL",
                    help="serve: an OpenAI-compatible server's base URL (e.g. "
                         "http://127.0.0.1:8000) instead of an in-process AsyncMPClient")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per model process (EngineConfig.num_threads), the same "
+                        "for every side: engines, workers, the transformers baseline, the bare "
+                        "loop (default: the engine's policy, (CPUs - 1) per rank)")
     p.add_argument("--json", metavar="FILE", help="write results, machine and config as JSON")
     p.add_argument("--plot", metavar="DIR",
                    help="write PNG charts (bars per metric, latency CDFs, throughput against "
@@ -48,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         options = BenchOptions(quick=args.quick, model=args.model,
                                only=tuple(n for n in args.only.split(",") if n),
                                progress=not args.no_progress, rate=args.rate,
-                               endpoint=args.endpoint)
+                               endpoint=args.endpoint, threads=args.threads)
         _check_model(args.model)
     except (ValueError, FileNotFoundError) as e:
         print(f"python -m aioengine.bench: error: {e}", file=sys.stderr)

@@ -13,6 +13,7 @@ in turns with the engines (round-robin repeats spread the box's background noise
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -51,8 +52,10 @@ class BareLoopChild:
         self.proc = proc
 
     @classmethod
-    async def start(cls, model: str, prompt: list[int], new_tokens: int) -> BareLoopChild:
-        spec = json.dumps({"model": model, "prompt": prompt, "new_tokens": new_tokens})
+    async def start(cls, model: str, prompt: list[int], new_tokens: int,
+                    threads: int | None) -> BareLoopChild:
+        spec = json.dumps({"model": model, "prompt": prompt, "new_tokens": new_tokens,
+                           "threads": threads})
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "aioengine.bench.bare_loop", spec,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -98,14 +101,15 @@ class BareLoopChild:
 # ---- the child: everything below runs with torch imported -----------------------------------
 
 class _Loop:
-    def __init__(self, model: str, prompt: list[int], new_tokens: int) -> None:
+    def __init__(self, model: str, prompt: list[int], new_tokens: int,
+                 threads: int | None) -> None:
         from aioengine.config import EngineConfig
         from aioengine.worker.model_runner import ModelRunner
 
         blocks = -(-(len(prompt) + new_tokens) // BLOCK_SIZE)
         config = EngineConfig(model=model, block_size=BLOCK_SIZE, num_kv_blocks=blocks,
-                              max_num_seqs=1)
-        self.runner = ModelRunner(config)
+                              max_num_seqs=1, num_threads=threads)
+        self.runner = ModelRunner(config)  # applies the engine's thread policy, as a worker
         self.runner.allocate_kv_cache(blocks)
         self.table = list(range(blocks))
         self.prompt = prompt
@@ -144,8 +148,9 @@ class _Loop:
 
 def _child(arg: str) -> None:
     spec = json.loads(arg)
-    loop = _Loop(spec["model"], spec["prompt"], spec["new_tokens"])
+    loop = _Loop(spec["model"], spec["prompt"], spec["new_tokens"], spec["threads"])
     loop.one_request()  # warm-up
+    gc.freeze()  # as the engine and worker processes do after start-up
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() != "go":

@@ -9,7 +9,8 @@ the padding work is the cost of static batching.
 Runs in a child interpreter (``python -m aioengine.bench.hf_baseline SPEC.json``) so the bench
 host never imports torch and the model's memory goes back when it exits. It loads the model
 directory with ``AutoModelForCausalLM.from_pretrained`` (presets, which have no weights: random
-ones of the same shapes), on the device and dtype the engine picks for ``dtype="auto"``.
+ones of the same shapes), on the device and dtype the engine picks for ``dtype="auto"``, with
+as many torch threads as the engine's thread policy gives one rank (``num_threads``).
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ class HFRun:
 
 
 def run_hf_baseline(model: str, workload: Workload, batch_size: int, repeats: int,
-                    spec_path: str, timeout: float) -> HFRun:
+                    threads: int | None, spec_path: str, timeout: float) -> HFRun:
     """Run the child on ``workload`` (written to ``spec_path``) and return what it measured."""
     with open(spec_path, "w") as f:
         json.dump({"model": model, "prompts": workload.prompts,
                    "output_lens": workload.output_lens, "batch_size": batch_size,
-                   "repeats": repeats}, f)
+                   "repeats": repeats, "threads": threads}, f)
     proc = subprocess.run([sys.executable, "-m", "aioengine.bench.hf_baseline", spec_path],
                           capture_output=True, text=True, timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
@@ -53,12 +54,16 @@ def run_hf_baseline(model: str, workload: Workload, batch_size: int, repeats: in
 
 # ---- the child: everything below runs with torch imported -----------------------------------
 
-def _load(model: str) -> Any:
+def _load(model: str, threads: int | None) -> Any:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from aioengine.config import EngineConfig
     from aioengine.hub import resolve_model
     from aioengine.worker.loader.devices import resolve_device, resolve_dtype
+    from aioengine.worker.threads import apply_thread_policy
+
+    apply_thread_policy(EngineConfig(model=model, num_threads=threads), 1)
 
     resolved = resolve_model(model)
     hf_config = AutoConfig.from_pretrained(resolved.model_path)
@@ -104,7 +109,7 @@ def _generate(model: Any, prompts: list[list[int]], new_tokens: int, pad: int) -
 def _measure(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    model = _load(spec["model"])
+    model = _load(spec["model"], spec["threads"])
     pad = _pad_id(model)
     prompts, outs, bs = spec["prompts"], spec["output_lens"], spec["batch_size"]
     batches = [(prompts[i:i + bs], outs[i:i + bs]) for i in range(0, len(prompts), bs)]

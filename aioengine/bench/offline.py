@@ -40,7 +40,7 @@ class Sizes:
 FULL = Sizes(requests=128, prompt_lens=(16, 512), output_lens=(16, 256), batch_size=32,
              repeats=3)
 QUICK = Sizes(requests=32, prompt_lens=(16, 128), output_lens=(16, 64), batch_size=16,
-              repeats=1)
+              repeats=3)
 
 
 def run(options: BenchOptions, sizes: Sizes | None = None) -> list[Result]:
@@ -53,14 +53,15 @@ def run(options: BenchOptions, sizes: Sizes | None = None) -> list[Result]:
         if OURS in names:
             bar.label(OURS)
             warm = synthetic(space, sizes.batch_size, sizes.prompt_lens, (4, 8), SEED + 1)
-            seconds, tokens = _run_aioengine(options.model, work, warm, sizes)
+            seconds, tokens = _run_aioengine(options, work, warm, sizes)
             results += _rows(OURS, tokens, len(work), seconds)
             bar.advance()
         if BASELINE in names:
             bar.label(BASELINE)
-            with tempfile.TemporaryDirectory(prefix="aioengine-bench-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="bench-offline-") as tmp:
                 hf = run_hf_baseline(options.model, work, sizes.batch_size, sizes.repeats,
-                                     os.path.join(tmp, "workload.json"), HF_TIMEOUT)
+                                     options.threads, os.path.join(tmp, "workload.json"),
+                                     HF_TIMEOUT)
             results += _rows(BASELINE, hf.useful_tokens, len(work), hf.seconds)
             results.append(Result(SUITE, BASELINE, "padding_efficiency",
                                   hf.useful_tokens / hf.generated_tokens, "fraction"))
@@ -73,7 +74,7 @@ def _rows(name: str, tokens: int, requests: int, seconds: float) -> list[Result]
             Result(SUITE, name, "requests_per_s", requests / seconds, "req/s")]
 
 
-def _run_aioengine(model: str, work: Workload, warm: Workload,
+def _run_aioengine(options: BenchOptions, work: Workload, warm: Workload,
                    sizes: Sizes) -> tuple[float, int]:
     """Median seconds of the timed repeats and the output tokens one repeat produced."""
     from aioengine import LLM, EngineConfig, SamplingParams
@@ -83,8 +84,9 @@ def _run_aioengine(model: str, work: Workload, warm: Workload,
         return [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
                 for n in w.output_lens]
 
-    config = EngineConfig(model=model, max_num_seqs=sizes.batch_size,
-                          max_model_len=max(work.longest, warm.longest))
+    config = EngineConfig(model=options.model, max_num_seqs=sizes.batch_size,
+                          max_model_len=max(work.longest, warm.longest),
+                          num_threads=options.threads)
     times, counts = [], []
     with LLM(config) as llm:
         client = llm.client

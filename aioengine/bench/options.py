@@ -14,11 +14,14 @@ class BenchOptions:
     progress: bool = True
     rate: float | None = None  # serve: one request rate (req/s) instead of the default sweep
     endpoint: str | None = None  # serve: an OpenAI-compatible base URL instead of AsyncMPClient
+    threads: int | None = None  # EngineConfig.num_threads for every model process; None: policy
 
     def __post_init__(self) -> None:
         if self.rate is not None and not (self.rate > 0 and self.rate != float("inf")):
             raise ValueError(f"--rate must be a positive, finite number of requests per second, "
                              f"got {self.rate}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"--threads must be a positive whole number, got {self.threads}")
         if self.endpoint is not None:
             parts = urlsplit(self.endpoint)
             if parts.scheme not in ("http", "https") or not parts.netloc:

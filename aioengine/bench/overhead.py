@@ -49,7 +49,7 @@ class Sizes:
 
 
 FULL = Sizes(prompt_len=32, new_tokens=256, repeats=5)
-QUICK = Sizes(prompt_len=32, new_tokens=48, repeats=3)
+QUICK = Sizes(prompt_len=32, new_tokens=64, repeats=3)
 
 
 def engine_names() -> list[str]:
@@ -67,12 +67,13 @@ async def _run(options: BenchOptions, sizes: Sizes, prompt: list[int]) -> list[R
     from aioengine import AsyncMPClient
 
     names = [n for n in engine_names() if options.wants(n)]
-    clients = {n: AsyncMPClient(_config(options.model, n, sizes)) for n in names}
+    clients = {n: AsyncMPClient(_config(options, n, sizes)) for n in names}
     bare = None
     try:
         starts = [c.start() for c in clients.values()]
         if options.wants(BASELINE):
-            bare = await BareLoopChild.start(options.model, prompt, sizes.new_tokens)
+            bare = await BareLoopChild.start(options.model, prompt, sizes.new_tokens,
+                                             options.threads)
             starts.append(bare.ready(START_TIMEOUT))
         await asyncio.wait_for(asyncio.gather(*starts), START_TIMEOUT)
         for c in clients.values():  # warm-up: one short request each
@@ -107,16 +108,17 @@ async def _run(options: BenchOptions, sizes: Sizes, prompt: list[int]) -> list[R
     return results
 
 
-def _config(model: str, name: str, sizes: Sizes) -> EngineConfig:
+def _config(options: BenchOptions, name: str, sizes: Sizes) -> EngineConfig:
     from aioengine import EngineConfig
 
     _, executor, transport = name.split("_")
     context = sizes.prompt_len + sizes.new_tokens
     blocks = 2 * -(-context // BLOCK_SIZE)  # room for the warm-up and one timed request
     # A small KV cache and batch: no memory profiling at start-up, one request at a time.
-    return EngineConfig(model=model, executor=executor, transport=transport,
+    return EngineConfig(model=options.model, executor=executor, transport=transport,
                         block_size=BLOCK_SIZE, num_kv_blocks=blocks, max_num_seqs=4,
-                        max_model_len=context, max_num_batched_tokens=max(256, context))
+                        max_model_len=context, max_num_batched_tokens=max(256, context),
+                        num_threads=options.threads)
 
 
 async def _one(client: AsyncMPClient, prompt: list[int], new_tokens: int) -> DecodeTiming:
