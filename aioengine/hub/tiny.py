@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-
-import numpy as np
-from safetensors.numpy import save_file
+from typing import TYPE_CHECKING
 
 from aioengine.hub.cache import ensure_dir
 from aioengine.hub.corpus import DOCUMENTS
@@ -33,6 +31,9 @@ KV_HEADS = 4
 HEAD_DIM = HIDDEN // HEADS
 INTERMEDIATE = 688
 LAYER_STD = 0.02
+
+if TYPE_CHECKING:  # numpy is imported only to write the model (~0.15 s off every import)
+    import numpy as np
 
 
 def tiny_dir_name() -> str:
@@ -72,6 +73,8 @@ def tiny_config(vocab_size: int) -> dict[str, object]:
 def _bigram_head(token_docs: list[list[int]], embed: np.ndarray) -> np.ndarray:
     """An LM head whose logits for a residual stream ~ normalised ``embed[a]`` approximate the
     centred bigram log-probabilities log P(b | a) of the corpus."""
+    import numpy as np
+
     vocab, hidden = embed.shape
     counts = np.zeros((vocab, vocab), dtype=np.float64)
     for ids in token_docs:
@@ -83,6 +86,8 @@ def _bigram_head(token_docs: list[list[int]], embed: np.ndarray) -> np.ndarray:
 
 
 def tiny_weights(vocab_size: int, token_docs: list[list[int]]) -> dict[str, np.ndarray]:
+    import numpy as np
+
     rng = np.random.default_rng(TINY_SEED)
 
     def normal(*shape: int, std: float = LAYER_STD) -> np.ndarray:
@@ -107,6 +112,8 @@ def tiny_weights(vocab_size: int, token_docs: list[list[int]]) -> dict[str, np.n
 
 
 def write_tiny(out_dir: str) -> None:
+    from safetensors.numpy import save_file
+
     tok = build_tokenizer()
     vocab_size = tok.get_vocab_size()
     eos = SPECIAL_TOKENS.index("<|eos|>")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -77,3 +79,15 @@ def test_model_info_errors(tmp_path):
     (tmp_path / "g" / "generation_config.json").write_text("[1, 2")
     with pytest.raises(ValueError, match=r"malformed JSON in .*generation_config\.json"):
         read_model_info(path)
+
+
+def test_resolving_a_written_builtin_stays_light():
+    """The host resolves models on every start: no torch, and numpy only to write one."""
+    resolve_model("tiny")  # written once (shared test cache)
+    code = ("import sys; from aioengine.hub import read_model_info, resolve_model; "
+            "r = resolve_model('tiny', require_tokenizer=True); read_model_info(r.model_path); "
+            "print(sorted({'numpy', 'torch', 'transformers'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
