@@ -127,6 +127,7 @@ def _raw(**changes) -> dict:
     ({"num_key_value_heads": 3}, r"num_attention_heads \(4\) must be a multiple of "
                                  r"num_key_value_heads \(3\)"),
     ({"hidden_act": "gelu"}, r"hidden_act 'gelu' is not supported"),
+    ({"model_type": ["llama"], "architectures": []}, r"unsupported model architecture"),
     ({"use_sliding_window": True}, r"sliding-window attention"),
     ({"rope_parameters": [1, 2]}, r"'rope_parameters' must be an object"),
     ({"rope_theta": "big"}, r"'rope_theta' must be a positive number, got 'big'"),

@@ -89,7 +89,8 @@ class ModelSpec:
             raise ValueError(f"{source}: expected a JSON object, got {type(raw).__name__}")
         family = family_of(raw.get, source)
         model_type = raw.get("model_type")
-        defaults = FAMILY_DEFAULTS[_MODEL_TYPES.get(model_type, family)]  # type: ignore[arg-type]
+        known = isinstance(model_type, str) and model_type in _MODEL_TYPES
+        defaults = FAMILY_DEFAULTS[_MODEL_TYPES[model_type] if known else family]
         merged = {**_COMMON_DEFAULTS, **defaults, **raw}
         _check_types(merged, source)
         return _build(merged.get, family, source)
@@ -126,7 +127,7 @@ def family_of(get: Getter, source: str = "config") -> str:
         if arch in SUPPORTED_ARCHITECTURES:
             return SUPPORTED_ARCHITECTURES[arch]
     model_type = get("model_type")
-    if not archs and model_type in _MODEL_TYPES:
+    if not archs and isinstance(model_type, str) and model_type in _MODEL_TYPES:
         return _MODEL_TYPES[model_type]
     got = list(archs) or [model_type]
     raise ValueError(f"{source}: unsupported model architecture {got}; supported: "
