@@ -1,8 +1,9 @@
 """``python -m aioengine.bench [SUITE] [--model M] [--quick] [--json FILE] [--plot DIR]``.
 
 No suite named: every suite, one after the other (``--quick``: the default quick run that
-``make bench`` does). Each suite's table is printed as it finishes, with factors against its
-baseline row.
+``make bench`` does). Progress bars go to stderr while suites run; at the end, one table per
+suite with factors against its baseline row. A suite that fails is reported (and makes the
+exit status 1) without losing the others' results.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import logging
 import sys
 import time
+import traceback
 from dataclasses import asdict
 
 from aioengine.bench import suites
@@ -24,7 +26,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("suite", nargs="?", default="all", choices=["all", *suites.suite_names()],
                    help="which suite to run (default: all)")
     p.add_argument("--model", default="tiny",
-                   help="tiny, a preset name, or a local model directory (default: tiny)")
+                   help="tiny, a preset name, or a local model directory; with --endpoint, "
+                        "its tokenizer must match the server's model (default: tiny)")
     p.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
     p.add_argument("--only", default="",
                    help="comma-separated names to restrict a suite to (e.g. uds,mp_queue)")
@@ -62,24 +65,35 @@ def main(argv: list[str] | None = None) -> int:
 
         require_matplotlib()
     names = suites.suite_names() if args.suite == "all" else [args.suite]
-    results: list[Result] = []
+    done: list[tuple[str, str | None, list[Result], float]] = []
+    failed: list[tuple[str, str]] = []
     t0 = time.perf_counter()
     for name in names:
         module = suites.load(name)
-        got = module.run(options)
-        print(f"\n== {name} ==", flush=True)
-        print_table(got, getattr(module, "BASELINE", None))
-        results.extend(got)
-    print(f"\n{len(names)} suite(s) in {time.perf_counter() - t0:.0f} s")
+        start = time.perf_counter()
+        try:
+            got = module.run(options)
+        except Exception:  # one broken suite must not cost the others' results
+            failed.append((name, traceback.format_exc()))
+            print(f"suite {name} failed:\n{failed[-1][1]}", file=sys.stderr, flush=True)
+            continue
+        done.append((name, getattr(module, "BASELINE", None), got, time.perf_counter() - start))
+    for name, baseline, got, secs in done:
+        print(f"\n== {name} ({secs:.0f} s) ==")
+        print_table(got, baseline)
+    results = [r for _, _, got, _ in done for r in got]
+    print(f"\n{len(done)} suite(s) in {time.perf_counter() - t0:.0f} s"
+          + (f"; FAILED: {', '.join(n for n, _ in failed)}" if failed else ""))
     if args.json:
-        write_json(args.json, results, {"suites": names, **asdict(options)})
+        write_json(args.json, results, {"suites": [n for n, *_ in done],
+                                        "failed": [n for n, _ in failed], **asdict(options)})
         print(f"wrote {args.json}")
     if args.plot:
         from aioengine.bench.plot import plot_results
 
         for path in plot_results(results, args.plot):
             print(f"wrote {path}")
-    return 0
+    return 1 if failed else 0
 
 
 def _check_model(model: str) -> None:

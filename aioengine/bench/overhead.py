@@ -70,12 +70,15 @@ async def _run(options: BenchOptions, sizes: Sizes, prompt: list[int]) -> list[R
     clients = {n: AsyncMPClient(_config(options, n, sizes)) for n in names}
     bare = None
     try:
-        starts = [c.start() for c in clients.values()]
         if options.wants(BASELINE):
             bare = await BareLoopChild.start(options.model, prompt, sizes.new_tokens,
                                              options.threads)
-            starts.append(bare.ready(START_TIMEOUT))
-        await asyncio.wait_for(asyncio.gather(*starts), START_TIMEOUT)
+        async with asyncio.timeout(START_TIMEOUT), asyncio.TaskGroup() as tg:
+            # A task group: one failed start cancels the others instead of leaving them.
+            for c in clients.values():
+                tg.create_task(c.start())
+            if bare is not None:
+                tg.create_task(bare.ready(START_TIMEOUT))
         for c in clients.values():  # warm-up: one short request each
             await _one(c, prompt, 4)
         timings: dict[str, list[DecodeTiming]] = {n: [] for n in names}

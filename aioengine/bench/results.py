@@ -67,9 +67,13 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
+WIDE = 8  # more metrics than this (and than names): metrics become the rows
+
+
 def print_table(results: list[Result], baseline: str | None, out: TextIO = sys.stdout) -> None:
-    """Rows: names; columns: metrics. Each cell shows the value and, against ``baseline``, a
-    factor where > 1 always means better (faster, less CPU, more throughput)."""
+    """Rows: names; columns: metrics (transposed when there are many metrics and few names,
+    e.g. the serve suite's latency percentiles). Each cell shows the value and, against
+    ``baseline``, a factor where > 1 always means better (faster, less CPU, more throughput)."""
     if not results:
         print("(no results)", file=out)
         return
@@ -93,6 +97,10 @@ def print_table(results: list[Result], baseline: str | None, out: TextIO = sys.s
                 text += f" ({factor:.2f}x)"
             row.append(text)
         rows.append(row)
+    if len(metrics) > WIDE and len(metrics) > len(names):
+        rows = [["metric", *names]] + [[h, *(row[i] for row in rows[1:])]
+                                       for i, h in enumerate(header[1:], start=1)]
+        header = rows[0]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for k, row in enumerate(rows):
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)), file=out)

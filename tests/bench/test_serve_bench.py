@@ -155,3 +155,47 @@ def test_plots_cdfs_and_rate_curves(tmp_path: Path) -> None:
     doc_rows = [r.row() for r in results]
     assert json.loads(json.dumps(doc_rows))[0].keys() == {"suite", "name", "metric", "value",
                                                           "unit"}
+
+
+def test_a_failing_suite_is_reported_and_fails_the_run(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "aioengine.bench", "serve", "--quick", "--no-progress",
+         "--endpoint", f"http://127.0.0.1:{port}", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "suite serve failed" in proc.stderr and "cannot reach the endpoint" in proc.stderr
+    assert "FAILED: serve" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["results"] == [] and doc["config"]["failed"] == ["serve"]
+
+
+def test_plot_without_matplotlib_says_how_to_get_it() -> None:
+    code = ("import sys; sys.modules['matplotlib'] = None; "
+            "from aioengine.bench.__main__ import main; main(['transport', '--plot', 'x'])")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "--plot needs matplotlib" in proc.stderr and "aioengine[plot]" in proc.stderr
+
+
+def test_wide_tables_put_metrics_in_rows() -> None:
+    import io
+
+    from aioengine.bench.results import print_table
+
+    recs = []
+    for i in range(3):
+        r = RequestRecord(sent_s=0.0)
+        r.on_output(0.01 * (i + 1), 1)
+        r.on_output(0.02 * (i + 1), 2)
+        r.finish(0.02 * (i + 1))
+        recs.append(r)
+    buf = io.StringIO()
+    print_table(summarize("serve", "client_4rps", recs, 1.0, 4.0), None, out=buf)
+    lines = buf.getvalue().splitlines()
+    assert lines[0].split() == ["metric", "client_4rps"]
+    assert any(ln.startswith("ttft_p50_ms [ms]") and ln.split()[-1] == "20" for ln in lines)
