@@ -41,7 +41,8 @@ def kill_worker_mid_generation(h: EngineHarness, rank: int, world: int) -> None:
         pass
     workers[rank].send_signal(signal.SIGKILL)
     outs = {r.request_id: Output() for r in reqs}
-    while not h.failures:
+    # EngineFailure comes first (clients fail every stream at once), the per-request errors next
+    while not h.failures or not all(o.finish_reason for o in outs.values()):
         msg = h.recv()
         if isinstance(msg, StepOutputs):
             for d in msg.outputs:
