@@ -67,11 +67,13 @@ def test_concurrent_streams_match_llm(mp_client: SyncMPClient,
 def test_cancel_half_frees_everything(mp_client: SyncMPClient) -> None:
     async def run() -> object:
         client = mp_client.async_client
-        params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+        # The half to cancel runs long enough that no stream can finish before its cancel.
+        short = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+        long = SamplingParams(max_tokens=1000, temperature=0.0, ignore_eos=True)
         started = [asyncio.Event() for _ in range(40)]
 
         async def consume(i: int) -> None:
-            async for _ in client.generate(prompts(40)[i], params):
+            async for _ in client.generate(prompts(40)[i], long if i % 2 == 0 else short):
                 started[i].set()
 
         tasks = [asyncio.create_task(consume(i)) for i in range(40)]
