@@ -14,6 +14,7 @@ import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
@@ -219,18 +220,22 @@ class AsyncMPClient:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
         ids, params = self.prepare(prompt, params)
-        async for out in self.generate_prepared(ids, params, request_id=request_id,
-                                                priority=priority):
-            yield out
+        # aclosing: closing this generator closes the inner one now (its cleanup aborts the
+        # request), not whenever the loop's async-generator finalizer gets to it.
+        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+                                                   priority=priority)) as stream:
+            async for out in stream:
+                yield out
 
     async def chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None = None,
                    *, request_id: str | None = None, priority: int = 0,
                    **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
         ids, params = self.prepare_chat(messages, params, **template_kwargs)
-        async for out in self.generate_prepared(ids, params, request_id=request_id,
-                                                priority=priority):
-            yield out
+        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+                                                   priority=priority)) as stream:
+            async for out in stream:
+                yield out
 
     async def generate_prepared(self, ids: list[int], params: SamplingParams, *,
                                 request_id: str | None = None, priority: int = 0

@@ -107,6 +107,29 @@ def test_break_and_abort(mp_client: SyncMPClient) -> None:
     assert (stats.num_running, stats.num_waiting, stats.kv_blocks_used) == (0, 0, 0)
 
 
+def test_closing_a_stream_releases_its_id_at_once(mp_client: SyncMPClient) -> None:
+    """``aclose()`` on ``generate``/``chat`` ends the request before it returns (not whenever
+    the loop's async-generator finalizer runs): its id is free again at once."""
+    async def run() -> list[RequestOutput]:
+        client = mp_client.async_client
+        long = SamplingParams(max_tokens=300, temperature=0.0, ignore_eos=True)
+        chat = [{"role": "user", "content": "close me"}]
+        firsts = []
+        for start in (lambda: client.generate("close me", long, request_id="closed"),
+                      lambda: client.chat(chat, long, request_id="closed")):
+            stream = start()
+            await stream.__anext__()
+            await stream.aclose()
+            again = start()  # raised "already in use" while the inner stream lingered
+            firsts.append(await again.__anext__())
+            await again.aclose()
+        await settle(client)
+        return firsts
+
+    firsts = mp_client.call_async(run)
+    assert [o.request_id for o in firsts] == ["closed", "closed"]
+
+
 def test_stop_string_cuts_text_and_stops_engine(mp_client: SyncMPClient) -> None:
     async def run() -> tuple[str, RequestOutput, str, object]:
         client = mp_client.async_client
