@@ -51,12 +51,13 @@ logger = logging.getLogger(__name__)
 
 
 class _Stream:
-    """A request's state plus the event that wakes its consumer."""
+    """A request's state, the event that wakes its consumer, and its id on the wire."""
 
-    __slots__ = ("event", "state")
+    __slots__ = ("event", "state", "wire_id")
 
-    def __init__(self, state: RequestState) -> None:
+    def __init__(self, state: RequestState, wire_id: str) -> None:
         self.state = state
+        self.wire_id = wire_id
         self.event = asyncio.Event()
 
 
@@ -84,7 +85,9 @@ class AsyncMPClient:
             raise ValueError(f"config must be an EngineConfig, got {type(config).__name__}")
         self._engine: EngineProcess | None = None
         self._tokenizer: Tokenizer | None = None
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, _Stream] = {}  # by the caller's request id
+        self._by_wire: dict[str, _Stream] = {}  # by the id the engine knows
+        self._wire_seq = itertools.count()
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
         self._pending_aborts: list[str] = []
@@ -247,12 +250,17 @@ class AsyncMPClient:
         now = time.time()
         detok = (self.tokenizer.detokenizer(ids, params.skip_special_tokens)
                  if self.config.detokenize_in == "host" else None)
-        stream = _Stream(RequestState(rid, ids, params, detok, now))
+        # A stream that ended here first (break, stop string, abort) may still run in the
+        # engine, with its outputs and our abort in flight: a fresh wire id per request keeps
+        # a caller's reused id apart from it.
+        wire_id = f"{rid}#{next(self._wire_seq)}"
+        stream = _Stream(RequestState(rid, ids, params, detok, now), wire_id)
         state = stream.state
         self._streams[rid] = stream  # registered before any await: duplicate ids are caught
+        self._by_wire[wire_id] = stream
         try:
             # eos_token_id None: the engine stops on every eos id the model declares.
-            await self._send(AddRequest(rid, ids, params, now, priority))
+            await self._send(AddRequest(wire_id, ids, params, now, priority))
             while True:
                 if not state.has_news():
                     if self._dead is not None:
@@ -267,8 +275,9 @@ class AsyncMPClient:
         finally:
             if self._streams.get(rid) is stream:
                 del self._streams[rid]
+            del self._by_wire[wire_id]
             if not state.finished and self._dead is None:
-                self._abort_soon(rid)
+                self._abort_soon(wire_id)
 
     async def abort(self, request_id: str) -> None:
         """Abort a request: its stream ends with finish_reason "abort" and the engine frees its
@@ -279,7 +288,7 @@ class AsyncMPClient:
             return
         stream.state.fail("abort", None, time.time())
         stream.event.set()
-        await self._send(AbortRequests([request_id]))
+        await self._send(AbortRequests([stream.wire_id]))
 
     async def get_stats(self, timeout: float = 30.0) -> EngineStats:
         """A snapshot of the engine's scheduler and KV cache."""
@@ -370,7 +379,7 @@ class AsyncMPClient:
 
     def _on_outputs(self, step: StepOutputs) -> None:
         now = time.time()
-        streams = self._streams
+        streams = self._by_wire
         for delta in step.outputs:
             stream = streams.get(delta.request_id)
             if stream is None:

@@ -4,6 +4,7 @@ strings, chat, and input errors raised before anything is sent."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -128,6 +129,33 @@ def test_closing_a_stream_releases_its_id_at_once(mp_client: SyncMPClient) -> No
 
     firsts = mp_client.call_async(run)
     assert [o.request_id for o in firsts] == ["closed", "closed"]
+
+
+def test_id_reused_at_once_after_a_stream_ends_early(mp_client: SyncMPClient) -> None:
+    """An id whose stream ended client-side (break, stop string) while the engine still runs it
+    may be used again at once: the new request neither collides with the old one in the
+    engine, nor receives its in-flight tokens, nor is ended by the abort meant for it."""
+    async def run() -> tuple[list[RequestOutput], list[int], object]:
+        client = mp_client.async_client
+        short = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+        alone = [o async for o in client.generate("reuse me", short)][-1].token_ids
+        long = SamplingParams(max_tokens=300, temperature=0.0, ignore_eos=True)
+        finals = []
+        for _ in range(3):
+            earlier = client.generate("an earlier request", long, request_id="same")
+            async with contextlib.aclosing(earlier):
+                async for out in earlier:
+                    if len(out.token_ids) >= 2:
+                        break  # the engine still runs it; the abort goes in the background
+            outs = [o async for o in client.generate("reuse me", short, request_id="same")]
+            finals.append(outs[-1])
+        return finals, alone, await settle(client)
+
+    finals, alone, stats = mp_client.call_async(run)
+    for final in finals:
+        assert (final.finish_reason, final.error) == ("length", None)
+        assert final.token_ids == alone
+    assert (stats.num_running, stats.num_waiting, stats.kv_blocks_used) == (0, 0, 0)
 
 
 def test_stop_string_cuts_text_and_stops_engine(mp_client: SyncMPClient) -> None:
