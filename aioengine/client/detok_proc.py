@@ -89,7 +89,14 @@ class DetokenizerProcess(BusyLoopTarget):
                 except TimeoutError:
                     continue
                 frame = bytes(msg.header)
-                req = decoder.decode(frame)
+                try:
+                    req = decoder.decode(frame)
+                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                    # Not ours to judge: the engine answers an invalid request with an error
+                    # output (and drops a malformed frame), as it does without us in between.
+                    logger.warning("detokenizer: passing on a request frame it cannot "
+                                   "decode: %s", e)
+                    req = None
                 if isinstance(req, AddRequest):
                     self._detok.add(req)
                 elif isinstance(req, AbortRequests):
