@@ -60,8 +60,3 @@ class DisconnectWatcher:
                 if not w.gone and (transport is None or transport.is_closing()):
                     w.gone = True
                     w.task.cancel(msg="HTTP client disconnected")
-
-
-def client_gone(request: web.BaseRequest) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
