@@ -74,10 +74,6 @@ class Request:
         return self.token_ids[len(self.prompt_token_ids):]
 
     @property
-    def is_finished(self) -> bool:
-        return self.status is RequestStatus.FINISHED
-
-    @property
     def sort_key(self) -> tuple[int, int]:
         """Lower sorts first: smaller priority value, then older."""
         return (self.priority, self.seq)

@@ -7,13 +7,9 @@ requested slice from the file) or a plain ``torch.Tensor`` (dummy weights, tests
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import torch
-
-
-class WeightSource(Protocol):
-    def __getitem__(self, index: Any) -> torch.Tensor: ...
 
 
 def source_shape(src: Any) -> tuple[int, ...]:
