@@ -103,6 +103,9 @@ class EngineCore:
                     if not isinstance(t, int) or not 0 <= t < vocab), None)
         if bad is not None:
             return f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})"
+        eos = msg.eos_token_id
+        if eos is not None and not 0 <= eos < vocab:
+            return f"eos_token_id {eos} is outside the vocabulary [0, {vocab})"
         if msg.request_id in self.scheduler.requests:
             return f"request id {msg.request_id!r} is already in the engine"
         return None

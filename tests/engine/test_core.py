@@ -63,6 +63,14 @@ def test_bad_prompts_get_an_error_output_and_the_engine_goes_on(core, prompt, ma
     assert outs["good"].finish_reason in ("length", "stop") and outs["good"].tokens
 
 
+@pytest.mark.parametrize("eos", [-1, 10**6])
+def test_eos_token_id_outside_the_vocabulary_is_an_error(core, eos):
+    add(core, "bad-eos", [5, 6, 7], greedy(3), eos_token_id=eos)
+    out = drain(core)["bad-eos"]
+    assert out.finish_reason == "error" and out.tokens == []
+    assert re.search(rf"eos_token_id {eos} is outside the vocabulary \[0, ", out.error)
+
+
 def test_duplicate_request_id_is_an_error_for_the_newcomer_only(core):
     add(core, "dup", [5, 6, 7], greedy(4, ignore_eos=True))
     add(core, "dup", [8, 9], greedy(4))
