@@ -60,6 +60,8 @@ def check_request_id(request_id: str | None, in_use: object) -> str:
 
 
 def check_priority(priority: int) -> int:
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise ValueError(f"priority must be an integer, got {priority!r}")
+    if not isinstance(priority, int) or isinstance(priority, bool) \
+            or not -(2**63) <= priority < 2**63:
+        raise ValueError(f"priority must be an integer in [-2**63, 2**63) (int64 on the "
+                         f"wire), got {priority!r}")
     return priority

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+INT64_MAX = 2**63 - 1  # msgpack ints past int64 do not survive the trip to the engine
+
 
 class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     """How to pick tokens for one request. Every field is validated on construction with a
@@ -48,10 +50,10 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        _check_int("max_tokens", self.max_tokens, low=1)
+        _check_int("max_tokens", self.max_tokens, low=1, high=INT64_MAX)
         _check_float("temperature", self.temperature, low=0.0, high=100.0)
         _check_float("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
-        _check_int("top_k", self.top_k, low=-1)
+        _check_int("top_k", self.top_k, low=-1, high=INT64_MAX)
         if self.top_k == 0:
             raise ValueError("top_k must be -1 (disabled) or at least 1, got 0")
         _check_float("min_p", self.min_p, low=0.0, high=1.0)
@@ -60,15 +62,15 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
         _check_float("presence_penalty", self.presence_penalty, low=-2.0, high=2.0)
         _check_float("frequency_penalty", self.frequency_penalty, low=-2.0, high=2.0)
         if self.seed is not None:
-            _check_int("seed", self.seed, low=0, high=2**63 - 1)
+            _check_int("seed", self.seed, low=0, high=INT64_MAX)
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s
                                                       for s in self.stop):
             raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
         if not isinstance(self.stop_token_ids, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= INT64_MAX
                 for t in self.stop_token_ids):
-            raise ValueError(
-                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}")
+            raise ValueError(f"stop_token_ids must be integers in [0, 2**63), got "
+                             f"{self.stop_token_ids!r}")
         for name in ("include_stop_str_in_output", "ignore_eos", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")

@@ -6,7 +6,12 @@ import pytest
 from tokenizers import Tokenizer
 
 from aioengine.client.chat_template import ChatTemplate, ChatTemplateError, pick_template
-from aioengine.client.inputs import check_params, check_request_id, prompt_token_ids
+from aioengine.client.inputs import (
+    check_params,
+    check_priority,
+    check_request_id,
+    prompt_token_ids,
+)
 from aioengine.client.request_state import RequestState
 from aioengine.client.stop import StopStrings
 from aioengine.client.tokenizer import Tokenizer as ClientTokenizer
@@ -160,6 +165,9 @@ def test_input_checks(bbpe_dir: str) -> None:
     with pytest.raises(ValueError, match="already in use"):
         check_request_id("a", {"a"})
     assert len(check_request_id(None, set())) == 32
+    assert check_priority(-(2**63)) == -(2**63)
+    with pytest.raises(ValueError, match="priority must be an integer in"):
+        check_priority(2**63)  # past what the wire carries (int64)
     p = SamplingParams()
     p.max_tokens = 0  # mutated after construction: still caught
     with pytest.raises(ValueError, match="max_tokens"):

@@ -9,6 +9,7 @@ from aioengine.messages.sampling_params import SamplingParams
 
 INVALID = [
     ("max_tokens", 0), ("max_tokens", -3), ("max_tokens", 1.5), ("max_tokens", True),
+    ("max_tokens", 2**63), ("top_k", 2**63), ("stop_token_ids", [2**63]),  # past int64
     ("temperature", -0.1), ("temperature", 101.0), ("temperature", float("nan")),
     ("temperature", float("inf")), ("temperature", "hot"),
     ("top_p", 0.0), ("top_p", 1.01), ("top_p", -1.0), ("top_p", float("nan")),
@@ -46,7 +47,8 @@ def test_decoding_an_invalid_field_fails_cleanly(field: str, value: object) -> N
 def test_valid_edges_accepted() -> None:
     p = SamplingParams(max_tokens=5, min_tokens=5, temperature=0.0, top_p=1.0, top_k=1,
                        min_p=1.0, repetition_penalty=100.0, presence_penalty=-2.0,
-                       frequency_penalty=2.0, seed=2**63 - 1, stop="x", stop_token_ids=[0],
+                       frequency_penalty=2.0, seed=2**63 - 1, stop="x",
+                       stop_token_ids=[0, 2**63 - 1],
                        logprobs=20, ignore_eos=True)
     assert p.stop == ["x"] and p.greedy
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(p), type=SamplingParams) == p
