@@ -17,6 +17,7 @@ from aioengine.engine.request import FinishReason, Request
 from aioengine.engine.scheduler import Scheduler
 from aioengine.hub import ModelInfo, read_model_info, resolve_model
 from aioengine.messages.engine_io import AddRequest, EngineStats, RequestDelta
+from aioengine.messages.worker_io import StepInput
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class EngineCore:
         self.detokenizer = (EngineDetokenizer.from_path(resolved.tokenizer_path)
                             if config.detokenize_in == "engine" else None)
         self._pending: list[RequestDelta] = []  # errors and aborts, sent with the next step
+        # With a lookahead executor: the step submitted and not yet collected (see _step_ahead).
+        self._inflight: StepInput | None = None
 
     @property
     def eos_token_id(self) -> int | None:
@@ -136,6 +139,7 @@ class EngineCore:
     def fail_all(self, message: str) -> list[RequestDelta]:
         """Finish every request with ``error`` (the model side is gone); returns the deltas."""
         deltas, self._pending = self._pending, []
+        self._inflight = None
         for req in list(self.scheduler.requests.values()):
             self.scheduler.abort([req.request_id])
             req.finish(FinishReason.ERROR, error=message)
@@ -144,13 +148,15 @@ class EngineCore:
 
     # ---- stepping --------------------------------------------------------------------------
     def has_work(self) -> bool:
-        return bool(self._pending) or self.scheduler.has_unfinished
+        return bool(self._pending) or self.scheduler.has_unfinished or self._inflight is not None
 
     def step(self) -> list[RequestDelta]:
         """Run one step (if anything is scheduled) and return every delta produced since the
         last call."""
         deltas, self._pending = self._pending, []
-        if self.scheduler.has_unfinished:
+        if self.executor.supports_lookahead:
+            deltas += self._step_ahead()
+        elif self.scheduler.has_unfinished:
             step = self.scheduler.schedule()
             if step.chunks:
                 deltas += self.scheduler.update(step, self.executor.execute(step))
@@ -159,6 +165,27 @@ class EngineCore:
         if self.detokenizer is not None and deltas:
             self.detokenizer.fill(deltas)
         return deltas
+
+    def _step_ahead(self) -> list[RequestDelta]:
+        """Submit the next step before collecting the one in flight, so the model goes from one
+        step to the next without waiting for this process (its wake-up, ``update``,
+        ``schedule``, the frames both ways); what the caller does with the deltas overlaps the
+        next step too. When the next step cannot be picked ahead (see
+        ``Scheduler.schedule_ahead``), collect first and schedule normally on the next call."""
+        inflight = self._inflight
+        if inflight is None:
+            if not self.scheduler.has_unfinished:
+                return []
+            inflight = self.scheduler.schedule()
+            if not inflight.chunks:
+                self.scheduler.requeue_finished(inflight)
+                return []
+            self.executor.submit(inflight)
+        ahead = self.scheduler.schedule_ahead(inflight)
+        if ahead is not None:
+            self.executor.submit(ahead)
+        self._inflight = ahead
+        return self.scheduler.update(inflight, self.executor.collect(inflight))
 
     def get_stats(self) -> EngineStats:
         s, bm = self.scheduler, self.block_manager

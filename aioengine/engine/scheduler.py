@@ -17,7 +17,13 @@ from aioengine.engine.block_manager import BlockManager
 from aioengine.engine.request import FinishReason, Request, RequestStatus
 from aioengine.engine.stop_checker import check_stop
 from aioengine.messages.engine_io import RequestDelta
-from aioengine.messages.worker_io import NewSequence, ScheduledChunk, StepInput, StepResult
+from aioengine.messages.worker_io import (
+    PREVIOUS_TOKEN,
+    NewSequence,
+    ScheduledChunk,
+    StepInput,
+    StepResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +151,38 @@ class Scheduler:
         finished, self._finished_ids = self._finished_ids, []
         self._next_step += 1
         return StepInput(self._next_step, new_seqs, chunks, finished)
+
+    def schedule_ahead(self, inflight: StepInput) -> StepInput | None:
+        """The next step, picked before ``inflight``'s result is back: one ``[PREVIOUS_TOKEN]``
+        decode for every running request, each right after its chunk in ``inflight``. Only the
+        plain case: nothing waits, every running request samples in ``inflight`` and may take
+        one more token after that one (``max_tokens``, ``max_model_len``), and blocks come
+        without preemption. Otherwise None: collect ``inflight`` first, then ``schedule``.
+
+        ``update`` must see ``inflight`` before this step. A request that stops (eos, a stop
+        token) in ``inflight`` has its token from this step dropped there; its blocks are freed
+        at once, which is safe because the model runs steps in order."""
+        running = self.running
+        if self.waiting or not running or len(running) > self.max_num_batched_tokens:
+            return None
+        sampled = {c.request_id: c for c in inflight.chunks if c.sample}
+        if len(sampled) < len(running):
+            return None
+        starts = []
+        for req in running:
+            chunk = sampled.get(req.request_id)
+            if chunk is None or req.num_output_tokens + 1 >= req.params.max_tokens \
+                    or req.num_tokens + 1 >= self.max_model_len:
+                return None
+            starts.append(chunk.start_pos + len(chunk.token_ids))
+        for req, start in zip(running, starts, strict=True):
+            if not self.bm.allocate(req, start + 1 - req.num_computed_tokens):
+                return None  # blocks taken so far are the ones the next steps need anyway
+        chunks = [ScheduledChunk(req.request_id, [PREVIOUS_TOKEN], start, list(req.block_ids),
+                                 True) for req, start in zip(running, starts, strict=True)]
+        finished, self._finished_ids = self._finished_ids, []
+        self._next_step += 1
+        return StepInput(self._next_step, [], chunks, finished)
 
     def requeue_finished(self, step: StepInput) -> None:
         """A step with no chunks is not run: keep its ``finished_ids`` for the next one."""

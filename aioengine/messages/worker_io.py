@@ -25,11 +25,18 @@ class NewSequence(msgspec.Struct, array_like=True):
     params: SamplingParams
 
 
+PREVIOUS_TOKEN = -1
+"""A decode chunk's token id ``[PREVIOUS_TOKEN]`` stands for the token this rank sampled last for
+the sequence: the engine schedules a step before the previous one's result is back (one step
+ahead; one rank only, since only the driver rank samples)."""
+
+
 class ScheduledChunk(msgspec.Struct, array_like=True):
     """Tokens of one sequence to run this step: a prefill chunk or one decode token."""
 
     request_id: str
     token_ids: list[int]  # the tokens whose KV to compute, at positions start_pos...
+    # (or ``[PREVIOUS_TOKEN]``: see there)
     start_pos: int
     block_table: list[int]  # all of the sequence's blocks so far (covering start_pos+len-1)
     sample: bool  # True when the last token of this chunk is the last known token

@@ -21,7 +21,7 @@ import torch
 from aioengine.config import EngineConfig
 from aioengine.hub import read_model_info, resolve_model
 from aioengine.messages.sampling_params import SamplingParams
-from aioengine.messages.worker_io import SampledToken, StepInput, StepResult
+from aioengine.messages.worker_io import PREVIOUS_TOKEN, SampledToken, StepInput, StepResult
 from aioengine.worker.attention import build_attention_metadata
 from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, max_context_len
 from aioengine.worker.kv_cache import allocate_kv_cache
@@ -139,8 +139,11 @@ class ModelRunner:
                 raise StepInputError(f"step {step.step_id}: chunk for unknown request "
                                      f"{c.request_id!r} (never sent as a new sequence, or "
                                      "already finished)")
-            input_ids += c.token_ids
-            layout.append((c.start_pos, len(c.token_ids), c.block_table))
+            tokens = c.token_ids
+            if len(tokens) == 1 and tokens[0] == PREVIOUS_TOKEN:
+                tokens = [self._previous_token(step.step_id, state)]
+            input_ids += tokens
+            layout.append((c.start_pos, len(tokens), c.block_table))
             if c.block_table:
                 max_block = max(max_block, max(c.block_table))
             if c.sample:
@@ -165,6 +168,17 @@ class ModelRunner:
             state.output_token_ids.append(token)
             sampled.append(SampledToken(state.request_id, token, logprob))
         return StepResult(step.step_id, sampled)
+
+    def _previous_token(self, step_id: int, state: SequenceState) -> int:
+        """The token a ``[PREVIOUS_TOKEN]`` chunk stands for: the last one sampled here."""
+        if not self.is_driver:
+            raise StepInputError(f"step {step_id}: request {state.request_id!r} has a "
+                                 f"PREVIOUS_TOKEN chunk, but rank {self.rank} does not sample "
+                                 "(schedule one step ahead only with one rank)")
+        if not state.output_token_ids:
+            raise StepInputError(f"step {step_id}: request {state.request_id!r} has a "
+                                 "PREVIOUS_TOKEN chunk before any token was sampled for it")
+        return state.output_token_ids[-1]
 
     def _check_ids(self, step_id: int, input_ids: list[int], max_block: int) -> None:
         """Out-of-range ids would be an index error deep in the forward on CPU and a device-side

@@ -21,6 +21,12 @@ class ExecutorError(RuntimeError):
 
 
 class Executor(abc.ABC):
+    supports_lookahead: bool = False
+    """True when steps may be queued with ``submit`` and their results taken with ``collect``,
+    and chunks may carry ``PREVIOUS_TOKEN`` (one rank, in another process): the engine then
+    schedules each step before the previous one's result is back, so the model never waits
+    for the engine's round trip."""
+
     @abc.abstractmethod
     def start(self) -> ExecutorInfo:
         """Load the model, size and allocate the KV cache. Raises on any failure."""
@@ -28,6 +34,15 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def execute(self, step: StepInput) -> StepResult:
         """Run one step; raises ``ExecutorError`` if the model side failed."""
+
+    def submit(self, step: StepInput) -> None:
+        """Queue one step (only where ``supports_lookahead``); results come from ``collect`` in
+        submission order. Raises ``ExecutorError`` if the model side failed."""
+        raise NotImplementedError(f"{type(self).__name__} does not queue steps")
+
+    def collect(self, step: StepInput) -> StepResult:
+        """The result of ``step``, the oldest submitted step not yet collected."""
+        raise NotImplementedError(f"{type(self).__name__} does not queue steps")
 
     @abc.abstractmethod
     def check_health(self) -> None:

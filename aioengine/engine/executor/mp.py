@@ -73,6 +73,8 @@ class MultiprocExecutor(Executor):
         self._dead: str | None = None  # set by the monitor thread when a worker dies
         self._lock = threading.Lock()
         self._closed = False
+        # Only the driver rank samples, so only one rank knows a PREVIOUS_TOKEN's value.
+        self.supports_lookahead = self.world_size == 1
 
     # ---- lifecycle -------------------------------------------------------------------------
     def start(self) -> ExecutorInfo:
@@ -123,6 +125,10 @@ class MultiprocExecutor(Executor):
 
     # ---- stepping --------------------------------------------------------------------------
     def execute(self, step: StepInput) -> StepResult:
+        self.submit(step)
+        return self.collect(step)
+
+    def submit(self, step: StepInput) -> None:
         self.check_health()
         steps = self._steps
         if steps is None or self._closed:
@@ -132,12 +138,14 @@ class MultiprocExecutor(Executor):
         except (TransportError, TimeoutError) as exc:
             raise ExecutorError(f"could not send step {step.step_id} to the workers: "
                                 f"{type(exc).__name__}: {exc}") from exc
-        reply = self._wait_rank0(step.step_id)
+
+    def collect(self, step: StepInput) -> StepResult:
+        reply = self._wait_rank0()
         if not isinstance(reply, StepResult) or reply.step_id != step.step_id:
             raise ExecutorError(f"rank 0 answered step {step.step_id} with {reply!r}")
         return reply
 
-    def _wait_rank0(self, step_id: int) -> WorkerOutbound:
+    def _wait_rank0(self) -> WorkerOutbound:
         while True:
             reply = self._recv(0, WAIT_SLICE)
             if reply is not None:
