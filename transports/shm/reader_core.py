@@ -30,6 +30,7 @@ class ReaderCore(Core):
         self._link: socket.socket | None = None
         self._link_fd = -1
         self._efd = -1
+        self._poller: select.poll | None = None
         self._writer_gone = False
         if bind:
             try:
@@ -106,6 +107,9 @@ class ReaderCore(Core):
         self._efd = efd
         self.ring = RingReader(self._seg, self.rank, space_efd, self._fence)
         self._link, self._link_fd = sock, sock.fileno()
+        self._poller = select.poll()  # for doze(): data, the writer's death, our close()
+        for fd in (efd, self._link_fd, self.close_efd):
+            self._poller.register(fd, select.POLLIN)
         if self._listener is not None:
             self.drop_socket(self._listener)
             self._listener = None
@@ -185,6 +189,24 @@ class ReaderCore(Core):
                                ring.has_data, ring.arm, self._disarm)
             if self._link_fd in fired and self._link_dead():
                 self._writer_gone = True
+
+    def doze(self, ms: int) -> bool:
+        """One sleep for data on the blocking fast path (ring attached, nothing pending), with
+        no generator or ``Wait`` in the way. True: there is news in the ring (the writer's
+        eventfd alone woke us, or data came while arming); False: a timeout, a close or the
+        writer's connection stirred -- the general ``recv_steps`` path sorts out which."""
+        ring = self.ring
+        assert ring is not None
+        if not ring.arm():
+            return True
+        try:
+            events = self._poller.poll(ms)
+        finally:
+            ring.disarm()
+        if len(events) == 1 and events[0][0] == self._efd:
+            drain(self._efd)
+            return True
+        return False
 
     def _disarm(self) -> None:
         assert self.ring is not None

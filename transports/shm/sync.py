@@ -4,6 +4,7 @@ sleeps in poll(2) on its eventfd, the writer's connection (death) and its own cl
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -75,18 +76,38 @@ class ShmSyncReader(SyncReader):
             check_timeout(timeout)
         core.ops += 1
         try:
+            spun = False
             if core.fast:
-                msg = core.ring.next_message()
+                ring = core.ring
+                msg = ring.next_message()
                 if msg is not None:
                     return msg
-            deadline = _deadline(timeout)
+                deadline = _deadline(timeout)
+                # Spin, then sleep, right here: a ping-pong never builds the generator of the
+                # general path below. Work per wake-up matters on a busy machine: the scheduler
+                # hands a woken task the core at once only while it runs briefly.
+                spun = True
+                if self._driver.spinner.spin(ring.has_data) or self._doze(timeout):
+                    msg = ring.next_message()
+                    if msg is not None:
+                        return msg
+            else:
+                deadline = _deadline(timeout)
             core.check_usable()
             msg = core.recv_now()
             if msg is not None:
                 return msg
-            return self._driver.run(core.recv_steps(deadline, timeout))
+            return self._driver.run(core.recv_steps(deadline, timeout), spun)
         finally:
             core.after_op()
+
+    def _doze(self, timeout: float | None) -> bool:
+        ms = -1 if timeout is None else math.ceil(timeout * 1000)
+        start = time.monotonic_ns()
+        if not self._core.doze(ms):
+            return False
+        self._driver.spinner.slept(time.monotonic_ns() - start)
+        return True
 
     def close(self) -> None:
         self._core.close()

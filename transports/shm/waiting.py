@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import select
 import time
 from collections.abc import Callable, Generator
@@ -16,36 +15,63 @@ from transports.shm.core import NO_FDS, Wait
 
 T = TypeVar("T")
 
-SPIN_MAX_NS = 100_000  # never spin longer than this per wait (an idle reader stays ~0% CPU)
-SPIN_START_NS = 20_000
+# Why these numbers: going to sleep costs a waiter the peer's eventfd write, the scheduler's
+# hand-over and a cold trip back through Python -- about 10-20 us on a small loaded box, the
+# price of one os.pipe round trip. A spin that gives up after roughly that long is never more
+# than about twice as slow as the better choice made in hindsight (the ski-rental argument),
+# so no wait spins longer than SPIN_MAX_NS, and an idle reader costs one short spin per message.
+SPIN_MAX_NS = 30_000
+SPIN_START_NS = 10_000
+SPIN_MIN_NS = 500  # a budget halved below this is 0: not worth the clock reads
+PROBE_EVERY = 32  # while spins keep failing, still try one full spin this often
 
 
 class Spinner:
-    """Adaptive spin budget. A spin that finds progress keeps its budget; one that fails
-    halves it. After a real sleep of T ns the budget becomes ~2T if T was short (spinning would
-    have caught it), so a fast ping-pong spins and an idle or slow peer costs nothing."""
+    """Adaptive spin budget for one endpoint.
 
-    __slots__ = ("budget",)
+    A spin that finds progress keeps its budget; one that fails halves it. After a real sleep
+    of T ns that was short (spinning for 2T would have caught it) the budget grows back to
+    ~2T -- but halved once more for every spin that failed in a row, because spins that keep
+    failing while the peer answers quickly mean the peer shares our core (it cannot run while
+    we spin). Every PROBE_EVERY-th wait still spins in full, so the budget recovers once the
+    peer runs elsewhere again. An idle or slow peer drives the budget to 0: no CPU burned.
+
+    The spin never calls sched_yield(): on a busy machine a yield hands the core to whatever
+    the scheduler likes best, often a CPU-bound task for a whole time slice (milliseconds of
+    latency), and each yield is a syscall. Sleeping on the eventfd instead lets the kernel
+    hand the core straight to the woken peer.
+    """
+
+    __slots__ = ("budget", "misses", "waits")
 
     def __init__(self) -> None:
         self.budget = SPIN_START_NS
+        self.misses = 0  # spins that failed in a row
+        self.waits = 0
 
     def spin(self, ready: Callable[[], bool]) -> bool:
+        """Busy-wait up to the budget for ``ready()``; False if the caller must sleep."""
         budget = self.budget
+        self.waits += 1
+        if self.misses and self.waits % PROBE_EVERY == 0:
+            budget = SPIN_MAX_NS  # probe: does spinning pay again?
         if budget <= 0:
             return False
-        now, pause = time.monotonic_ns, os.sched_yield
+        now = time.monotonic_ns
         end = now() + budget
         while not ready():
             if now() >= end:
-                self.budget = budget // 2 if budget > 500 else 0
+                self.budget = budget // 2 if budget >= 2 * SPIN_MIN_NS else 0
+                self.misses += 1
                 return False
-            pause()  # on a busy box, lend the CPU (the peer may need it to make progress)
+        self.misses = 0
         return True
 
     def slept(self, ns: int) -> None:
-        if ns < SPIN_MAX_NS // 2:
-            self.budget = min(SPIN_MAX_NS, max(self.budget, 2 * ns))
+        """A sleep of ``ns`` ended with progress: a spin of ~2x that would have caught it."""
+        if ns < SPIN_MAX_NS:
+            grown = min(SPIN_MAX_NS, 2 * ns) >> min(self.misses, 16)
+            self.budget = max(self.budget, grown if grown >= SPIN_MIN_NS else 0)
 
 
 class SyncDriver:
@@ -56,9 +82,12 @@ class SyncDriver:
         self._poll_fds: tuple[int, ...] = ()
         self._poller = select.poll()
 
-    def run(self, gen: Generator[Wait, frozenset[int], T]) -> T:
+    def run(self, gen: Generator[Wait, frozenset[int], T], spun: bool = False) -> T:
+        """``spun``: the caller has just spun for the first wait's condition; do not again."""
         try:
             wait = next(gen)
+            if spun:
+                wait = gen.send(self._sleep(wait))
             while True:
                 wait = gen.send(self._wait(wait))
         except StopIteration as stop:
@@ -69,6 +98,9 @@ class SyncDriver:
     def _wait(self, w: Wait) -> frozenset[int]:
         if w.ready is not None and self.spinner.spin(w.ready):
             return NO_FDS
+        return self._sleep(w)
+
+    def _sleep(self, w: Wait) -> frozenset[int]:
         if w.arm is not None and not w.arm():
             return NO_FDS
         if w.fds != self._poll_fds:
@@ -84,7 +116,7 @@ class SyncDriver:
         finally:
             if w.disarm is not None:
                 w.disarm()
-        if w.ready is not None:
+        if w.ready is not None and events:
             self.spinner.slept(time.monotonic_ns() - start)
         return frozenset(fd for fd, _ in events)
 
