@@ -14,8 +14,9 @@ prefix (for zmq the part after ``zmq+``), or ``None`` to pick a private default:
     async open_async_broadcast_reader(...) -> AsyncReader
 
 ``capacity`` bounds buffered bytes (or messages, where the wire counts messages) before a writer
-blocks. ``connect_timeout`` bounds how long a connecting side waits for the binder, and how long
-a binder's first operation waits for its peer(s).
+blocks; the factory's ``capacity=None`` passes the transport's default (``DEFAULT_CAPACITIES``).
+``connect_timeout`` bounds how long a connecting side waits for the binder, and how long a
+binder's first operation waits for its peer(s).
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ from transports.base import AsyncReader, AsyncWriter, SyncReader, SyncWriter
 from transports.errors import AddressError
 
 DEFAULT_CAPACITY = 64 * 1024 * 1024
-"""Bytes buffered before a writer blocks (zmq turns it into a message count)."""
+"""Bytes buffered before a writer blocks, for zmq (which turns it into a message count) and uds
+(which caps the kernel's part at 4 MiB)."""
+SHM_DEFAULT_CAPACITY = 16 * 1024 * 1024
+"""shm's ring size. The ring is committed memory, pre-faulted when created so that no page
+fault lands on the hot path; 16 MiB holds any message up to 8 MiB as one zero-copy record
+(larger ones stream through it) without pinning 64 MiB per channel."""
+DEFAULT_CAPACITIES = {"zmq": DEFAULT_CAPACITY, "shm": SHM_DEFAULT_CAPACITY,
+                      "uds": DEFAULT_CAPACITY}
+"""What ``capacity=None`` (the default) means for each transport."""
 DEFAULT_CONNECT_TIMEOUT = 30.0
 """Seconds a connecting side waits for the binder, and a binder's first operation for its
 peers."""
@@ -38,6 +47,18 @@ _MODULES = {"zmq": "transports.zmq", "shm": "transports.shm", "uds": "transports
 def transport_names() -> list[str]:
     """The short names accepted as URLs or URL schemes: ``["zmq", "shm", "uds"]``."""
     return list(_MODULES)
+
+
+def default_capacity(url: str) -> int:
+    """The capacity a writer opened on ``url`` gets when none is given."""
+    return _capacity(_resolve(url)[0], None)
+
+
+def _capacity(mod: ModuleType, capacity: int | None) -> int:
+    """``capacity``, or the transport's default for None (validated by the implementation)."""
+    if capacity is None:
+        return DEFAULT_CAPACITIES[mod.__name__.rpartition(".")[2]]
+    return capacity
 
 
 def _resolve(url: str) -> tuple[ModuleType, str | None]:
@@ -58,31 +79,33 @@ def _resolve(url: str) -> tuple[ModuleType, str | None]:
     return importlib.import_module(_MODULES[kind]), address
 
 
-def open_writer(url: str, *, bind: bool = True, capacity: int = DEFAULT_CAPACITY,
+def open_writer(url: str, *, bind: bool = True, capacity: int | None = None,
                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> SyncWriter:
     """A blocking point-to-point writer. ``bind=True`` (default) creates the address (read it
     back from ``.address``); ``bind=False`` connects to a reader that bound ``url``. Raises
     ``AddressError`` for a bad URL, ``TimeoutError`` if a connect does not succeed within
     ``connect_timeout`` seconds."""
     mod, address = _resolve(url)
-    return mod.open_writer(address, bind=bind, capacity=capacity, connect_timeout=connect_timeout)
+    return mod.open_writer(address, bind=bind, capacity=_capacity(mod, capacity),
+                           connect_timeout=connect_timeout)
 
 
-def open_reader(url: str, *, bind: bool = False, capacity: int = DEFAULT_CAPACITY,
+def open_reader(url: str, *, bind: bool = False, capacity: int | None = None,
                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> SyncReader:
     """A blocking point-to-point reader. ``bind=False`` (default) connects to the writer's
     ``url``; ``bind=True`` creates the address for a writer to connect to."""
     mod, address = _resolve(url)
-    return mod.open_reader(address, bind=bind, capacity=capacity, connect_timeout=connect_timeout)
+    return mod.open_reader(address, bind=bind, capacity=_capacity(mod, capacity),
+                           connect_timeout=connect_timeout)
 
 
-def open_broadcast_writer(url: str, num_readers: int, *, capacity: int = DEFAULT_CAPACITY,
+def open_broadcast_writer(url: str, num_readers: int, *, capacity: int | None = None,
                           connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> SyncWriter:
     """A blocking writer whose every message reaches all ``num_readers`` readers (it always
     binds). The first ``send`` waits until every rank has connected; afterwards the writer
     runs at the pace of the slowest reader."""
     mod, address = _resolve(url)
-    return mod.open_broadcast_writer(address, num_readers, capacity=capacity,
+    return mod.open_broadcast_writer(address, num_readers, capacity=_capacity(mod, capacity),
                                      connect_timeout=connect_timeout)
 
 
@@ -94,29 +117,30 @@ def open_broadcast_reader(url: str, rank: int, *,
     return mod.open_broadcast_reader(address, rank, connect_timeout=connect_timeout)
 
 
-async def open_async_writer(url: str, *, bind: bool = True, capacity: int = DEFAULT_CAPACITY,
+async def open_async_writer(url: str, *, bind: bool = True, capacity: int | None = None,
                             connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> AsyncWriter:
     """The asyncio twin of :func:`open_writer`."""
     mod, address = _resolve(url)
-    return await mod.open_async_writer(address, bind=bind, capacity=capacity,
+    return await mod.open_async_writer(address, bind=bind, capacity=_capacity(mod, capacity),
                                        connect_timeout=connect_timeout)
 
 
-async def open_async_reader(url: str, *, bind: bool = False, capacity: int = DEFAULT_CAPACITY,
+async def open_async_reader(url: str, *, bind: bool = False, capacity: int | None = None,
                             connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> AsyncReader:
     """The asyncio twin of :func:`open_reader`."""
     mod, address = _resolve(url)
-    return await mod.open_async_reader(address, bind=bind, capacity=capacity,
+    return await mod.open_async_reader(address, bind=bind, capacity=_capacity(mod, capacity),
                                        connect_timeout=connect_timeout)
 
 
 async def open_async_broadcast_writer(url: str, num_readers: int, *,
-                                      capacity: int = DEFAULT_CAPACITY,
+                                      capacity: int | None = None,
                                       connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
                                       ) -> AsyncWriter:
     """The asyncio twin of :func:`open_broadcast_writer`."""
     mod, address = _resolve(url)
-    return await mod.open_async_broadcast_writer(address, num_readers, capacity=capacity,
+    return await mod.open_async_broadcast_writer(address, num_readers,
+                                                 capacity=_capacity(mod, capacity),
                                                  connect_timeout=connect_timeout)
 
 

@@ -15,7 +15,7 @@ from tests.transports.peers import Peer, check_message, make_message, payload
 KiB, MiB = 1024, 1024 * 1024
 
 
-def _pair(url: str, capacity: int = 64 * MiB) -> tuple[T.SyncWriter, T.SyncReader]:
+def _pair(url: str, capacity: int | None = None) -> tuple[T.SyncWriter, T.SyncReader]:
     w = T.open_writer(url, capacity=capacity)
     return w, T.open_reader(w.address, connect_timeout=10)
 

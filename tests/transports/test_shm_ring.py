@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import transports
 from tests.transports.shm_peers import Peers, digest_of, payload, sizes
 from transports import shm
 from transports.base import Message
@@ -206,3 +207,30 @@ def test_reader_may_bind_and_writer_connect(peers):
             assert as_bytes(r.recv(timeout=10)) == (header, bufs)
         w.close()
         peers.join(proc)
+
+
+def _rss_of_ring_mappings(name: str) -> list[int]:
+    """Resident bytes of each of this process's mappings of the ring named ``name``."""
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if f"memfd:aioengine-shm-{name}" in line:
+            rss = next(row for row in lines[i + 1:] if row.startswith("Rss:"))
+            found.append(int(rss.split()[1]) * 1024)
+    return found
+
+
+def test_the_ring_is_prefaulted_on_both_sides_and_sized_by_the_factory_default():
+    """No page fault on the hot path: the writer's and the reader's mappings are resident
+    before the first message (a lazily committed ring faults on each page's first lap)."""
+    cap = transports.factory.default_capacity("shm")
+    assert cap == transports.factory.SHM_DEFAULT_CAPACITY == 16 * 1024 * 1024
+    with transports.open_writer("shm") as w:
+        name = w.address.removeprefix("shm://")
+        with transports.open_reader(w.address) as r:
+            w.send(b"x", timeout=5)  # hands the ring over; the reader maps it at its recv
+            assert bytes(r.recv(timeout=5).header) == b"x"
+            # Both endpoints live in this process: two mappings, each fully resident.
+            rss = _rss_of_ring_mappings(name)
+            assert len(rss) == 2 and min(rss) >= cap, rss

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+from transports.factory import SHM_DEFAULT_CAPACITY
 from transports.shm import segment as S
 
-DEFAULT_CAPACITY = 4 * 1024 * 1024  # when called directly; the factory passes its own
+DEFAULT_CAPACITY = SHM_DEFAULT_CAPACITY  # ring bytes when called directly, as via the factory
 DEFAULT_CONNECT_TIMEOUT = 30.0
 
 
