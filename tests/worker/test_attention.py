@@ -3,12 +3,14 @@ softmax(QK^T)V reference over each sequence's full history."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 import torch
 
 from aioengine.worker.attention import build_attention_metadata, paged_attention
+from aioengine.worker.attention.metadata import decode_buckets
 
 
 def test_slot_mapping_positions_and_offsets():
@@ -19,17 +21,34 @@ def test_slot_mapping_positions_and_offsets():
     assert meta.context_lens.tolist() == [3, 7, 5]
     assert meta.last_token_index.tolist() == [2, 4, 5]
     assert meta.block_tables.tolist() == [[5, 0], [2, 7], [9, 3]]
-    assert meta.decode is not None and meta.decode.token_index.tolist() == [5]
-    assert meta.decode.blocks.tolist() == [[9, 3]]
-    assert meta.decode.mask.view(-1).tolist() == [True] * 5 + [False] * 3
+    [dec] = meta.decodes
+    assert dec.token_index.tolist() == [5]
+    assert dec.blocks.tolist() == [[9, 3]]
+    assert dec.mask.view(-1).tolist() == [True] * 5 + [False] * 3
 
 
 def test_decode_only_step_needs_no_scatter():
     meta = build_attention_metadata([(7, 1, [1, 2]), (2, 1, [3])], 4)
-    assert meta.prefills == [] and meta.decode is not None
-    assert meta.decode.token_index is None
-    assert meta.decode.blocks.tolist() == [[1, 2], [3, 0]]
-    assert meta.decode.mask[:, 0, 0].tolist() == [[True] * 8, [True] * 3 + [False] * 5]
+    assert meta.prefills == [] and len(meta.decodes) == 1
+    [dec] = meta.decodes
+    assert dec.token_index is None
+    assert dec.blocks.tolist() == [[1, 2], [3, 0]]
+    assert dec.mask[:, 0, 0].tolist() == [[True] * 8, [True] * 3 + [False] * 5]
+
+
+def test_decodes_split_into_length_buckets():
+    # Two short and two long contexts (blocks of 4): padding the short ones to 40 keys would
+    # waste 2 * 36 keys, more than a bucket costs here.
+    chunks = [(39, 1, list(range(10))), (2, 1, [10]), (38, 1, list(range(11, 21))),
+              (0, 1, [21])]
+    meta = build_attention_metadata(chunks, 4, bucket_cost=16)
+    assert sorted(g.token_index.tolist() for g in meta.decodes) == [[0, 2], [1, 3]]
+    short = next(g for g in meta.decodes if g.token_index.tolist() == [1, 3])
+    assert short.blocks.tolist() == [[10], [21]]
+    assert short.mask[:, 0, 0].tolist() == [[True] * 3 + [False], [True] + [False] * 3]
+    # The same step with a dearer bucket: one padded batch in the original order.
+    [one] = build_attention_metadata(chunks, 4, bucket_cost=100).decodes
+    assert one.token_index is None and one.blocks.shape == (4, 10)
 
 
 def test_prefill_grouping():
@@ -62,6 +81,52 @@ def test_bad_block_size():
         build_attention_metadata([(0, 1, [0])], 0)
 
 
+def test_bad_bucket_cost():
+    with pytest.raises(ValueError, match="bucket_cost must be >= 0, got -1"):
+        build_attention_metadata([(0, 1, [0])], 4, bucket_cost=-1)
+
+
+def _partition_cost(buckets, nblocks, block_size, cost):
+    return sum(len(b) * max(nblocks[i] for i in b) * block_size + cost for b in buckets)
+
+
+def _brute_force_cost(nblocks, block_size, cost):
+    """Every split of the length-sorted sequences into runs."""
+    order = sorted(range(len(nblocks)), key=nblocks.__getitem__)
+    best = None
+    for mask in range(1 << (len(order) - 1)):
+        cuts = [i + 1 for i in range(len(order) - 1) if mask >> i & 1]
+        bounds = [0, *cuts, len(order)]
+        buckets = [order[a:b] for a, b in itertools.pairwise(bounds)]
+        total = _partition_cost(buckets, nblocks, block_size, cost)
+        best = total if best is None else min(best, total)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_decode_buckets_are_optimal(seed):
+    rng = random.Random(seed)
+    n = rng.randint(1, 11)
+    nblocks = [rng.choice([1, 2, 3, 5, 8, 13, 30, 31, 60]) for _ in range(n)]
+    block_size = rng.choice([1, 4, 16])
+    cost = rng.choice([0, 1, 16, 64, 128, 1000])
+    ids = list(range(n))
+    buckets = decode_buckets(ids, nblocks, block_size, cost)
+    assert sorted(i for b in buckets for i in b) == ids  # a partition
+    assert _partition_cost(buckets, nblocks, block_size, cost) == _brute_force_cost(
+        nblocks, block_size, cost)
+    if len(buckets) == 1:
+        assert buckets[0] == ids  # one bucket keeps the batch order
+
+
+def test_decode_buckets_edges():
+    assert decode_buckets([], [], 16) == []
+    assert decode_buckets([3], [0, 0, 0, 7], 16) == [[3]]
+    assert decode_buckets([2, 0, 1], [5, 5, 5], 16, cost=0) == [[2, 0, 1]]  # equal lengths
+    # Free buckets: one per distinct length, shortest first.
+    assert decode_buckets([0, 1, 2, 3], [9, 1, 9, 4], 16, cost=0) == [[1], [3], [0, 2]]
+
+
 def _reference(q, keys, values, start, scale):
     """q [n, Hq, D] at positions start.., keys/values [L, Hkv, D] of the whole history."""
     group = q.shape[1] // keys.shape[1]
@@ -73,8 +138,8 @@ def _reference(q, keys, values, start, scale):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).float()
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_paged_attention_matches_reference(seed):
+@pytest.mark.parametrize(("seed", "bucket_cost"), [(0, 0), (1, 0), (2, 8), (3, 128)])
+def test_paged_attention_matches_reference(seed, bucket_cost):
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     hq, hkv, d, bs, nblocks = 4, 2, 8, 4, 64
@@ -102,7 +167,7 @@ def test_paged_attention_matches_reference(seed):
         q = torch.randn(total, hq, d, generator=gen)
         k = torch.randn(total, hkv, d, generator=gen)
         v = torch.randn(total, hkv, d, generator=gen)
-        meta = build_attention_metadata(chunks, bs)
+        meta = build_attention_metadata(chunks, bs, bucket_cost=bucket_cost)
         out = paged_attention(q, k, v, cache, meta, scale=d ** -0.5)
         row = 0
         for i, n in plan:

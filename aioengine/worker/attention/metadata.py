@@ -3,15 +3,17 @@
 A step is a flat batch of T tokens: chunk i contributes ``num_tokens`` tokens at positions
 ``start_pos .. start_pos+num_tokens-1`` of its sequence, whose KV lives in the blocks of its
 ``block_table`` (slot of position p = ``block_table[p // block_size] * block_size +
-p % block_size``). Chunks of one token (decodes) are attended together in one padded batch;
-longer chunks (prefills) in padded groups, or alone when padding would waste too much.
-Everything here is vectorised tensor work; the only Python loops are over chunks.
+p % block_size``). Chunks of one token (decodes) are attended in padded buckets of similar
+length (``decode_buckets``); longer chunks (prefills) in padded groups, or alone when padding
+would waste too much. Everything here is vectorised tensor work; the only Python loops are
+over chunks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 
@@ -20,12 +22,18 @@ Chunk = tuple[int, int, Sequence[int]]
 
 # A padded prefill group may cost at most this many times the useful attention work.
 _MAX_PADDING_WASTE = 2.0
+# What one more decode bucket costs (its gather, SDPA and scatter calls in every layer), in
+# padded key positions: a split pays off when it saves more padding than this. Padding costs
+# gather and SDPA work over every padded key (the whole step used to be padded to its longest
+# context: ~2x the useful work for lengths spread evenly).
+DECODE_BUCKET_COST = 128
 
 
 @dataclass
 class DecodeGroup:
-    """All one-token chunks: queries ``[B]``; keys gathered whole blocks at a time, ``blocks``
-    ``[B, nb]``, giving ``L = nb * block_size`` key positions per sequence (tail masked)."""
+    """One bucket of one-token chunks: queries ``[B]``; keys gathered whole blocks at a time,
+    ``blocks`` ``[B, nb]``, giving ``L = nb * block_size`` key positions per sequence (tail
+    masked)."""
 
     token_index: torch.Tensor | None  # [B] rows of the flat batch; None: all T rows, in order
     blocks: torch.Tensor  # [B, nb] block ids (padding points at a real block, masked out)
@@ -64,15 +72,19 @@ class AttentionMetadata:
     context_lens: torch.Tensor  # [N] start_pos + num_tokens
     block_tables: torch.Tensor  # [N, max_blocks] padded with block 0
     last_token_index: torch.Tensor  # [N] flat row of each chunk's last token
-    decode: DecodeGroup | None
+    decodes: list[DecodeGroup]  # buckets of similar context length
     prefills: list[PrefillGroup]
 
 
 def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
-                             device: torch.device | str = "cpu") -> AttentionMetadata:
-    """Validate the chunks and precompute every index and mask a forward pass needs."""
+                             device: torch.device | str = "cpu", *,
+                             bucket_cost: int = DECODE_BUCKET_COST) -> AttentionMetadata:
+    """Validate the chunks and precompute every index and mask a forward pass needs.
+    ``bucket_cost``: see ``decode_buckets`` (0 splits decodes at every distinct length)."""
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
+    if bucket_cost < 0:
+        raise ValueError(f"bucket_cost must be >= 0, got {bucket_cost}")
     if not chunks:
         raise ValueError("a step needs at least one chunk")
     starts: list[int] = []
@@ -118,22 +130,16 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
 
     decode_ids = [i for i in range(n) if lens[i] == 1]
     prefill_ids = [i for i in range(n) if lens[i] > 1]
-    decode = None
-    if decode_ids:
-        ids = torch.tensor(decode_ids, dtype=torch.long)
-        every = len(decode_ids) == n
-        blocks, mask = _gather_layout(table_t if every else table_t[ids],
-                                      ctx_t if every else ctx_t[ids], block_size)
-        decode = DecodeGroup(
-            token_index=None if len(decode_ids) == total else qsl[ids],
-            blocks=blocks, mask=mask.view(len(decode_ids), 1, 1, -1))
+    buckets = decode_buckets(decode_ids, [-(-c // block_size) for c in ctxs], block_size,
+                             bucket_cost)
+    decodes = [_decode_group(b, n, total, qsl, table_t, ctx_t, block_size) for b in buckets]
     prefills = [_prefill_group(g, starts, lens, qsl, table_t, ctx_t, block_size)
                 for g in _group_prefills(prefill_ids, starts, lens)]
 
     meta = AttentionMetadata(
         num_tokens=total, num_seqs=n, block_size=block_size, positions=positions,
         slot_mapping=slot_mapping, query_start_loc=qsl, context_lens=ctx_t,
-        block_tables=table_t, last_token_index=qsl[1:] - 1, decode=decode, prefills=prefills)
+        block_tables=table_t, last_token_index=qsl[1:] - 1, decodes=decodes, prefills=prefills)
     return meta if torch.device(device).type == "cpu" else _to_device(meta, device)
 
 
@@ -145,6 +151,74 @@ def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
     blocks = tables[:, :nblocks].contiguous()
     mask = torch.arange(nblocks * block_size)[None, :] < ctx[:, None]
     return blocks, mask
+
+
+def decode_buckets(ids: list[int], nblocks: Sequence[int], block_size: int,
+                   cost: int = DECODE_BUCKET_COST) -> list[list[int]]:
+    """Split the decode chunks ``ids`` (``nblocks[i]`` blocks of context each) into buckets
+    minimising the padded key positions (each bucket pads to its longest) plus ``cost`` per
+    bucket. One bucket keeps ``ids``' order (a pure decode step then needs no scatter).
+
+    Sorted by length, optimal buckets are runs, and a boundary never splits equal lengths, so
+    this is a 1-D partition over the U distinct lengths: ``f[g] = min_h f[h] + (c_g - c_h) *
+    x_g + cost`` (``c``: sequences up to length group g, ``x_g``: its padded length). The
+    convex hull trick solves it in O(U): lines ``f[h] - c_h * x`` have falling slopes and the
+    queries ``x_g`` rise.
+    """
+    if len(ids) <= 1:
+        return [ids] if ids else []
+    order = sorted(ids, key=nblocks.__getitem__)
+    ends: list[int] = []  # sequences in length groups 0..g
+    xs: list[int] = []  # padded keys per sequence in group g
+    for pos, i in enumerate(order, 1):
+        if xs and xs[-1] == nblocks[i] * block_size:
+            ends[-1] = pos
+        else:
+            xs.append(nblocks[i] * block_size)
+            ends.append(pos)
+    if len(xs) == 1:
+        return [ids]
+    counts, best, parent = [0], [0], [0]  # per DP state: sequences covered, cost, split
+    hull = [0]  # states whose lines form the lower envelope, slopes -counts falling
+    head = 0
+    for end, x in zip(ends, xs, strict=True):
+        while (head + 1 < len(hull) and best[hull[head + 1]] - counts[hull[head + 1]] * x
+               <= best[hull[head]] - counts[hull[head]] * x):
+            head += 1
+        h = hull[head]
+        counts.append(end)
+        best.append(best[h] + (end - counts[h]) * x + cost)
+        parent.append(h)
+        k = len(best) - 1
+        while len(hull) - head >= 2 and _hides(counts, best, hull[-2], hull[-1], k):
+            hull.pop()
+        hull.append(k)
+    cuts = []
+    state = len(best) - 1
+    while state:
+        cuts.append(counts[state])
+        state = parent[state]
+    if len(cuts) == 1:
+        return [ids]
+    bounds = [0, *reversed(cuts)]
+    return [order[lo:hi] for lo, hi in pairwise(bounds)]
+
+
+def _hides(counts: list[int], best: list[int], a: int, b: int, c: int) -> bool:
+    """Line b is nowhere below both a and c (slopes -counts[a] > -counts[b] > -counts[c]):
+    c overtakes a no later than b does."""
+    return ((best[c] - best[a]) * (counts[b] - counts[a])
+            <= (best[b] - best[a]) * (counts[c] - counts[a]))
+
+
+def _decode_group(ids: list[int], n: int, total: int, qsl: torch.Tensor, tables: torch.Tensor,
+                  ctx: torch.Tensor, block_size: int) -> DecodeGroup:
+    every = len(ids) == n
+    idx = None if every else torch.tensor(ids, dtype=torch.long)
+    blocks, mask = _gather_layout(tables if every else tables[idx],
+                                  ctx if every else ctx[idx], block_size)
+    return DecodeGroup(token_index=None if len(ids) == total else qsl[ids],
+                       blocks=blocks, mask=mask.view(len(ids), 1, 1, -1))
 
 
 def _group_prefills(ids: list[int], starts: list[int], lens: list[int]) -> list[list[int]]:
@@ -191,9 +265,7 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
     def mv(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.to(device, non_blocking=True)
 
-    decode = meta.decode
-    if decode is not None:
-        decode = DecodeGroup(mv(decode.token_index), mv(decode.blocks), mv(decode.mask))
+    decodes = [DecodeGroup(mv(g.token_index), mv(g.blocks), mv(g.mask)) for g in meta.decodes]
     prefills = [PrefillGroup(g.num_seqs, g.max_q, g.token_slice, mv(g.token_index),
                              mv(g.valid_rows), mv(g.out_index), mv(g.blocks), mv(g.mask))
                 for g in meta.prefills]
@@ -202,4 +274,4 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
         positions=mv(meta.positions), slot_mapping=mv(meta.slot_mapping),
         query_start_loc=mv(meta.query_start_loc), context_lens=mv(meta.context_lens),
         block_tables=mv(meta.block_tables), last_token_index=mv(meta.last_token_index),
-        decode=decode, prefills=prefills)
+        decodes=decodes, prefills=prefills)

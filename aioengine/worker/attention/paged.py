@@ -38,11 +38,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` of this step -> output ``[T, Hq, D]``."""
     write_kv(kv_cache, k, v, meta.slot_mapping)
-    dec = meta.decode
-    if dec is not None and dec.token_index is None:  # a pure decode step: no scatter needed
-        return _decode(q, kv_cache, dec, scale)
+    decodes = meta.decodes
+    if len(decodes) == 1 and decodes[0].token_index is None:  # one bucket holds every row
+        return _decode(q, kv_cache, decodes[0], scale)
     out = torch.empty_like(q)
-    if dec is not None:
+    for dec in decodes:
         assert dec.token_index is not None
         res = _decode(q.index_select(0, dec.token_index), kv_cache, dec, scale)
         out.index_copy_(0, dec.token_index, res)
