@@ -1,8 +1,8 @@
 """Project-wide test set-up: a shared model cache, and leak checks.
 
 Every test, every test module (its module-scoped fixtures) and the session fail if they leave a
-child process, a new /dev/shm entry or a new ``aioengine-*`` entry in the temp dir behind;
-leftovers are killed/removed after being reported. Processes started by session- or
+child process, a new /dev/shm entry or a new ``aioengine-*``/``aiot-*`` entry in the temp dir
+behind; leftovers are killed/removed after being reported. Processes started by session- or
 package-scoped fixtures are theirs until the session ends. See tests/runtime/leaks.py.
 """
 

@@ -1,13 +1,13 @@
-"""Private filesystem addresses: a fresh 0700 directory per default endpoint, 0600 socket files,
-and removal on every exit path (``close()``, garbage collection, interpreter exit)."""
+"""Unix socket addresses: default endpoints get a fresh abstract name (no file at all); an
+explicit filesystem path gets a 0600 socket file, removed on every exit path the process lives
+through (``close()``, garbage collection, interpreter exit)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import secrets
 import stat
-import tempfile
 import weakref
 
 from transports.errors import AddressError
@@ -47,25 +47,26 @@ def check_not_other_file(path: str, url: str) -> None:
                            "refusing to replace it")
 
 
-def private_dir(prefix: str) -> str:
-    """A new directory only this user can enter (mkdtemp creates it 0700)."""
-    return tempfile.mkdtemp(prefix=prefix)
+def abstract_name(prefix: str) -> str:
+    """A fresh ``@name`` in Linux's abstract socket namespace: no file, so nothing can be left
+    on disk whatever way the process ends (SIGKILL included); the kernel drops the name with
+    the last socket. Unguessable, but visible in /proc/net/unix, so binders must check the
+    peer's uid (SO_PEERCRED; zmq: ZMQ_IPC_FILTER_UID)."""
+    return f"@{prefix}{os.getpid()}-{secrets.token_hex(8)}"
 
 
 class FileCleanup:
-    """Removes a socket file (and the private directory it lives in, if we made one) when
-    ``run()`` is called or the owner is garbage collected, whichever comes first."""
+    """Removes a socket file when ``run()`` is called or the owner is garbage collected,
+    whichever comes first."""
 
-    def __init__(self, owner: object, path: str | None, directory: str | None) -> None:
-        self._finalizer = weakref.finalize(owner, _remove, path, directory)
+    def __init__(self, owner: object, path: str | None) -> None:
+        self._finalizer = weakref.finalize(owner, _remove, path)
 
     def run(self) -> None:
         self._finalizer()
 
 
-def _remove(path: str | None, directory: str | None) -> None:
+def _remove(path: str | None) -> None:
     if path is not None and not path.startswith("@"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-    if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)

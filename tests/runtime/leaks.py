@@ -1,7 +1,8 @@
 """Leak checks for the autouse fixture in tests/conftest.py.
 
 A test leaks if, after a short grace wait, it leaves a child process (recursive, zombies aside),
-a new ``/dev/shm`` entry, or a new ``aioengine-*`` entry in the temp dir. Entries that a process
+a new ``/dev/shm`` entry, or a new ``aioengine-*`` or ``aiot-*`` (the transports' names) entry in
+the temp dir. Entries that a process
 outside this test's process tree holds open or mapped belong to someone else (another test run
 on a shared machine) and are not ours to report. Leftovers are removed after being reported, so
 one bad test does not fail the ones after it.
@@ -19,6 +20,9 @@ from collections.abc import Iterable
 import psutil
 
 SHM_DIR = "/dev/shm"
+# Temp-dir names of ours: the runtime's and tests' ``aioengine-*``, and the transports' ``aiot-*``
+# (their default addresses are abstract sockets now, so any such entry is a leak).
+TMP_PREFIXES = ("aioengine-", "aiot-")
 # Long-lived helpers that the standard library or torch start once per session, on purpose.
 ALLOWED_CHILD_CMDLINES = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
                           "torch._inductor.compile_worker")
@@ -65,7 +69,7 @@ def _listing(ignore: set[str]) -> set[str]:
                     if not n.startswith("sem.")}
     for tmp in _tmp_dirs():
         with contextlib.suppress(OSError):
-            entries |= {os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith("aioengine-")}
+            entries |= {os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith(TMP_PREFIXES)}
     return entries - ignore
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from transports._deadline import Deadline
-from transports._paths import FileCleanup, check_not_other_file, check_unix_path, private_dir
+from transports._paths import FileCleanup, abstract_name, check_not_other_file, check_unix_path
 from transports.errors import AddressError
 
 READER, WRITER = 1, 2
@@ -29,7 +29,6 @@ SNDBUF_MAX = 4 * 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class UdsAddress:
     path: str  # a filesystem path, or "@name" for the abstract namespace
-    private_dir: str | None  # the 0700 directory we created for a default address
 
     @property
     def url(self) -> str:
@@ -45,17 +44,16 @@ def parse(address: str | None, *, binding: bool) -> UdsAddress:
         if not binding:
             raise AddressError("the connecting side needs the binder's address (uds://PATH), "
                                "not the short name 'uds'")
-        directory = private_dir("aiot-uds-")
-        return UdsAddress(os.path.join(directory, "s"), directory)
+        return UdsAddress(abstract_name("aiot-uds-"))
     url = f"uds://{address}"
     if address.startswith("@"):
         check_unix_path(address, url)
-        return UdsAddress(address, None)
+        return UdsAddress(address)
     if not address:
         raise AddressError(f"empty socket path in {url!r}")
     path = os.path.abspath(address)
     check_unix_path(path, url)
-    return UdsAddress(path, None)
+    return UdsAddress(path)
 
 
 def listen(addr: UdsAddress, backlog: int, owner: object) -> tuple[socket.socket, FileCleanup]:
@@ -71,7 +69,7 @@ def listen(addr: UdsAddress, backlog: int, owner: object) -> tuple[socket.socket
         if e.errno == errno.EADDRINUSE:
             raise AddressError(f"{addr.url} is already in use by another endpoint") from e
         raise AddressError(f"cannot bind {addr.url}: {e.strerror or e}") from e
-    cleanup = FileCleanup(owner, path, addr.private_dir)
+    cleanup = FileCleanup(owner, path)
     if path is not None:
         os.chmod(path, 0o600)
     sock.listen(max(backlog, 8))
@@ -116,7 +114,7 @@ def connect(addr: UdsAddress, deadline: Deadline, timeout: float,
         sock = _new_client_socket(capacity)
         try:
             sock.connect(addr.sockaddr)
-            return sock
+            return _check_binder(sock, addr)
         except (FileNotFoundError, ConnectionRefusedError) as e:
             sock.close()
             last = e
@@ -140,7 +138,7 @@ async def connect_async(addr: UdsAddress, deadline: Deadline, timeout: float,
         sock.setblocking(False)
         try:
             await loop.sock_connect(sock, addr.sockaddr)
-            return sock
+            return _check_binder(sock, addr)
         except (FileNotFoundError, ConnectionRefusedError) as e:
             sock.close()
             last = e
@@ -154,6 +152,17 @@ async def connect_async(addr: UdsAddress, deadline: Deadline, timeout: float,
             raise TimeoutError(f"could not connect to {addr.url} within {timeout} s "
                                f"(connect_timeout): {last.strerror or last}")
         await asyncio.sleep(0.01)
+
+
+def _check_binder(sock: socket.socket, addr: UdsAddress) -> socket.socket:
+    """Talk only to a binder of our own user (an abstract name has no permissions to stop
+    another user from binding one we were told about)."""
+    uid = peer_uid(sock)
+    if uid != os.getuid():
+        sock.close()
+        raise AddressError(f"{addr.url} is bound by a process of uid {uid}, not ours "
+                           f"({os.getuid()}); refusing to connect")
+    return sock
 
 
 def hello(role: int, rank: int) -> bytes:

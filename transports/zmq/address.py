@@ -1,5 +1,6 @@
 """zmq addresses: ``ipc://PATH`` (or ``ipc://@name``) and ``tcp://HOST:PORT``; ``None`` is a
-fresh private ipc path. TCP binds loopback unless the URL names another interface."""
+fresh name in the abstract namespace (``ipc://@aiot-zmq-...``: nothing on disk, ever). TCP binds
+loopback unless the URL names another interface."""
 
 from __future__ import annotations
 
@@ -7,14 +8,13 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
-from transports._paths import check_not_other_file, check_unix_path, private_dir
+from transports._paths import abstract_name, check_not_other_file, check_unix_path
 from transports.errors import AddressError
 
 
 @dataclass(frozen=True, slots=True)
 class ZmqAddress:
     endpoint: str  # what zmq bind()/connect() gets
-    private_dir: str | None = None
     ipc_path: str | None = None  # a filesystem socket path we own once bound
 
     @property
@@ -27,9 +27,7 @@ def parse(address: str | None, *, binding: bool) -> ZmqAddress:
         if not binding:
             raise AddressError("the connecting side needs the binder's address "
                                "(zmq+ipc://PATH or zmq+tcp://HOST:PORT), not the short name 'zmq'")
-        directory = private_dir("aiot-zmq-")
-        path = os.path.join(directory, "s")
-        return ZmqAddress(f"ipc://{path}", directory, path)
+        return ZmqAddress(f"ipc://{abstract_name('aiot-zmq-')}")
     wire, sep, rest = address.partition("://")
     url = f"zmq+{address}"
     if not sep:
@@ -43,7 +41,7 @@ def parse(address: str | None, *, binding: bool) -> ZmqAddress:
         check_unix_path(path, url)
         if binding:
             check_not_other_file(path, url)  # libzmq would unlink whatever is there
-        return ZmqAddress(f"ipc://{path}", None, path if binding else None)
+        return ZmqAddress(f"ipc://{path}", path if binding else None)
     if wire == "tcp":
         return ZmqAddress(_tcp(rest, url, binding))
     raise AddressError(f"zmq wire {wire!r} in {url!r} is not supported; use ipc or tcp")

@@ -53,8 +53,8 @@ class Channel:
         self.gone: str | None = None  # why the peer is known gone
         self.error: TransportError | None = None  # a protocol violation (extra peer, bad rank)
         self.url = addr.url
-        # Removes the socket file and our private directory on close or garbage collection.
-        self._cleanup = FileCleanup(owner, addr.ipc_path if bind else None, addr.private_dir)
+        # Removes an explicit ipc path's socket file on close or garbage collection.
+        self._cleanup = FileCleanup(owner, addr.ipc_path if bind else None)
         try:
             self._setup(addr, hwm, rank)
         except BaseException:
@@ -82,6 +82,11 @@ class Channel:
         if self.kind == SUB:
             s.setsockopt(zmq.SUBSCRIBE, b"")
             s.setsockopt(zmq.SUBSCRIBE, RANK_TOPIC + str(rank).encode())
+        if self.bind and addr.endpoint.startswith("ipc://"):
+            # An abstract name has no file permissions to keep other users out, and a
+            # filesystem path may sit in a shared directory: libzmq drops connections from
+            # processes of another uid (SO_PEERCRED) before they reach us.
+            s.setsockopt(zmq.IPC_FILTER_UID, os.getuid())
         self.mon = s.get_monitor_socket(_EVENTS)
         try:
             if self.bind:
@@ -94,7 +99,7 @@ class Channel:
         if self.bind:
             self.url = "zmq+" + s.getsockopt_string(zmq.LAST_ENDPOINT)
             if addr.ipc_path is not None:
-                os.chmod(addr.ipc_path, 0o600)  # the directory is 0700 for default addresses
+                os.chmod(addr.ipc_path, 0o600)  # only our user may connect through the file
 
     # ---- peer state ----------------------------------------------------------------------------
     @property
