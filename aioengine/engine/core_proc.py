@@ -4,11 +4,11 @@ Started by the client through a ``Supervisor`` with the target
 ``"aioengine.engine.core_proc:make_engine_target"`` and ``EngineLaunch`` msgpack bytes, so the
 host never imports torch (this module imports it only through the core, in ``init``).
 
-Threads: an input thread decodes ``ClientMessage`` frames into a queue; the busy loop blocks on
-it while idle, drains it between steps and sends one ``StepOutputs`` per step that produced
-something through an ``OutputSender`` (inline while the channel has room, else through its
-thread: see ``output_sender``). A fatal error fails every request, sends ``EngineFailure``
-(best effort) and leaves through ERROR.
+Threads: an input thread decodes ``ClientMessage`` frames into a queue, an output thread encodes
+``EngineMessage`` objects out of another; the busy loop only sees the queues. It blocks on the
+input queue while idle, drains it between steps and sends one ``StepOutputs`` per step that
+produced something. A fatal error fails every request, sends ``EngineFailure`` (best effort)
+and leaves through ERROR.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any
 import msgspec
 
 from aioengine.config import EngineConfig
-from aioengine.engine.output_sender import OutputSender
 from aioengine.messages.engine_io import (
     AbortRequests,
     AddRequest,
@@ -85,8 +84,8 @@ class EngineProc(BusyLoopTarget):
         self.launch = launch
         self.config = EngineConfig.from_msgpack(launch.config)
         self.core: Any = None  # EngineCore, built in init (it imports torch)
-        self._in_q: queue.SimpleQueue[ClientMessage | _Rejected] = queue.SimpleQueue()
-        self._out: OutputSender | None = None
+        self._in_q: queue.Queue[ClientMessage | _Rejected] = queue.Queue()
+        self._out_q: queue.Queue[EngineMessage | None] = queue.Queue()
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
         self._threads: list[threading.Thread] = []
@@ -101,11 +100,11 @@ class EngineProc(BusyLoopTarget):
         self._writer = open_writer(la.output_url, bind=False,
                                    connect_timeout=la.connect_timeout)
         self.core = EngineCore(self.config)
-        self._out = OutputSender(self._writer, ctx.request_shutdown)
-        thread = threading.Thread(target=self._input_loop, args=(ctx,), name="engine-input",
-                                  daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        for name, fn in (("engine-input", self._input_loop), ("engine-output",
+                                                              self._output_loop)):
+            thread = threading.Thread(target=fn, args=(ctx,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
         # Everything built so far (modules, the model) lives as long as the process: keep it
         # out of the collector's scans, which otherwise stall steps and the interpreter's exit
         # for seconds on a loaded machine.
@@ -114,25 +113,26 @@ class EngineProc(BusyLoopTarget):
 
     def step(self, ctx: LoopContext) -> None:
         core = self.core
-        in_q = self._in_q
         if not core.has_work():
             try:
-                self._handle(in_q.get(timeout=IDLE_WAIT))
+                self._handle(self._in_q.get(timeout=IDLE_WAIT))
             except queue.Empty:
                 self._guard(core.executor.check_health)  # a dead worker ends an idle engine too
                 return
-        while not in_q.empty():  # everything that arrived meanwhile, before scheduling
-            self._handle(in_q.get_nowait())  # one consumer: not empty stays not empty
+        while True:  # everything that arrived meanwhile, before scheduling
+            try:
+                self._handle(self._in_q.get_nowait())
+            except queue.Empty:
+                break
         if not core.has_work():
             return
         deltas = self._guard(core.step)
         if deltas:
-            self._emit(StepOutputs(deltas, time.time()))
+            self._out_q.put(StepOutputs(deltas, time.time()))
 
     def cleanup(self) -> None:
         self._stop.set()
-        if self._out is not None:
-            self._out.close(timeout=5.0)
+        self._out_q.put(None)
         for thread in self._threads:
             thread.join(timeout=5.0)
         for endpoint in (self._reader, self._writer):
@@ -151,11 +151,7 @@ class EngineProc(BusyLoopTarget):
         elif isinstance(msg, _Rejected):
             core.reject(msg.request_id, msg.error)
         else:
-            self._emit(self._utility(msg))
-
-    def _emit(self, msg: EngineMessage) -> None:
-        assert self._out is not None
-        self._out.send(msg)
+            self._out_q.put(self._utility(msg))
 
     def _utility(self, call: UtilityCall) -> UtilityResult:
         try:
@@ -184,16 +180,18 @@ class EngineProc(BusyLoopTarget):
         once), then fail every request, then let the output thread flush (bounded)."""
         message = f"engine failed: {type(exc).__name__}: {exc}"
         logger.error(message)
-        self._emit(EngineFailure(message, "".join(traceback.format_exception(exc))))
+        self._out_q.put(EngineFailure(message, "".join(traceback.format_exception(exc))))
         try:
             deltas = self.core.fail_all(message)
         except Exception:
             logger.exception("could not fail the open requests")
             deltas = []
         if deltas:
-            self._emit(StepOutputs(deltas, time.time()))
-        assert self._out is not None
-        self._out.close(timeout=5.0)
+            self._out_q.put(StepOutputs(deltas, time.time()))
+        self._out_q.put(None)
+        for thread in self._threads:
+            if thread.name == "engine-output":
+                thread.join(timeout=5.0)
 
     # ---- I/O threads -----------------------------------------------------------------------
     def _input_loop(self, ctx: LoopContext) -> None:
@@ -224,6 +222,24 @@ class EngineProc(BusyLoopTarget):
             except msgspec.DecodeError as exc:
                 logger.error("dropped a malformed request frame (%d bytes): %s",
                              len(frame.header), exc)
+
+    def _output_loop(self, ctx: LoopContext) -> None:
+        encoder = msgspec.msgpack.Encoder()
+        writer = self._writer
+        assert writer is not None
+        while True:
+            msg = self._out_q.get()
+            if msg is None:
+                return
+            try:
+                writer.send(encoder.encode(msg))
+            except (PeerClosedError, ChannelClosedError):
+                ctx.request_shutdown("the client closed the output channel")
+                return
+            except Exception as exc:
+                logger.exception("output channel failed")
+                ctx.request_shutdown(f"output channel failed: {type(exc).__name__}: {exc}")
+                return
 
 
 def _request_id_of(frame: Any) -> str | None:
