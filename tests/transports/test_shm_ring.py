@@ -53,6 +53,9 @@ def test_every_part_shape_round_trips_in_order():
         (b"1234567", [b"8", bytearray(b"\x00" * 9), b""]),
         (bytearray(b"header as bytearray"), [memoryview(doubles), grid]),
         (memoryview(b"-" * 4000), [b"a" * 3, b"b" * 17]),
+        (memoryview(b"a forwarded header view")[2:], []),  # the header-only fast path
+        (memoryview(doubles), []),  # not a byte view: the general path casts it
+        (grid, []),  # 2-D: likewise
     ]
     with shm.open_writer(None, capacity=64 * 1024) as w, shm.open_reader(w.address) as r:
         for header, buffers in cases:

@@ -55,8 +55,12 @@ class RingWriter:
         one record if it fits right now. False means nothing was written: anything unusual
         (other buffer types, bad input, a streamed size, a full ring, the ring's end) is left
         to ``start``/``pump``, which validate properly."""
-        if not buffers and type(header) is bytes:
-            return self._put_header(header)
+        if not buffers:
+            kind = type(header)
+            # bytes, or a flat byte view such as a received header being forwarded
+            if kind is bytes or (kind is memoryview and header.format == "B"  # type: ignore
+                                 and header.ndim == 1 and header.c_contiguous):  # type: ignore
+                return self._put_header(header)  # type: ignore[arg-type]
         if buffers:
             if (type(buffers) is not list and type(buffers) is not tuple) \
                     or len(buffers) > MAX_BUFFERS:
@@ -96,8 +100,8 @@ class RingWriter:
         self._commit(pos, size, size >= BIG_RECORD)
         return True
 
-    def _put_header(self, header: bytes) -> bool:
-        """``put_now`` for the commonest message: one bytes header, nothing else."""
+    def _put_header(self, header: bytes | memoryview) -> bool:
+        """``put_now`` for the commonest message: one header, nothing else."""
         n = len(header)
         size = 24 + ((n + 7) & ~7)
         pos = self._pos
