@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aioengine.worker.attention import build_attention_metadata, paged_attention
-from aioengine.worker.attention.metadata import decode_buckets
+from aioengine.worker.attention.buckets import decode_buckets
 
 
 def test_slot_mapping_positions_and_offsets():
@@ -21,19 +21,19 @@ def test_slot_mapping_positions_and_offsets():
     assert meta.context_lens.tolist() == [3, 7, 5]
     assert meta.last_token_index.tolist() == [2, 4, 5]
     assert meta.block_tables.tolist() == [[5, 0], [2, 7], [9, 3]]
-    [dec] = meta.decodes
-    assert dec.token_index.tolist() == [5]
-    assert dec.blocks.tolist() == [[9, 3]]
-    assert dec.mask.view(-1).tolist() == [True] * 5 + [False] * 3
+    assert meta.decode.token_index.tolist() == [5]
+    [bucket] = meta.decode.buckets
+    assert (bucket.lo, bucket.hi) == (0, 1)
+    assert bucket.blocks.tolist() == [[9, 3]]
+    assert bucket.mask.view(-1).tolist() == [True] * 5 + [False] * 3
 
 
 def test_decode_only_step_needs_no_scatter():
     meta = build_attention_metadata([(7, 1, [1, 2]), (2, 1, [3])], 4)
-    assert meta.prefills == [] and len(meta.decodes) == 1
-    [dec] = meta.decodes
-    assert dec.token_index is None
-    assert dec.blocks.tolist() == [[1, 2], [3, 0]]
-    assert dec.mask[:, 0, 0].tolist() == [[True] * 8, [True] * 3 + [False] * 5]
+    assert meta.prefills == [] and meta.decode.token_index is None
+    [bucket] = meta.decode.buckets
+    assert bucket.blocks.tolist() == [[1, 2], [3, 0]]
+    assert bucket.mask[:, 0, 0].tolist() == [[True] * 8, [True] * 3 + [False] * 5]
 
 
 def test_decodes_split_into_length_buckets():
@@ -41,14 +41,20 @@ def test_decodes_split_into_length_buckets():
     # waste 2 * 36 keys, more than a bucket costs here.
     chunks = [(39, 1, list(range(10))), (2, 1, [10]), (38, 1, list(range(11, 21))),
               (0, 1, [21])]
-    meta = build_attention_metadata(chunks, 4, bucket_cost=16)
-    assert sorted(g.token_index.tolist() for g in meta.decodes) == [[0, 2], [1, 3]]
-    short = next(g for g in meta.decodes if g.token_index.tolist() == [1, 3])
+    dec = build_attention_metadata(chunks, 4, bucket_cost=16).decode
+    assert dec.token_index.tolist() == [1, 3, 0, 2]  # shortest bucket first
+    short, long = dec.buckets
+    assert (short.lo, short.hi, long.lo, long.hi) == (0, 2, 2, 4)
     assert short.blocks.tolist() == [[10], [21]]
     assert short.mask[:, 0, 0].tolist() == [[True] * 3 + [False], [True] + [False] * 3]
+    assert long.blocks.tolist() == [list(range(10)), list(range(11, 21))]
+    assert long.mask[:, 0, 0].sum(1).tolist() == [40, 39]
     # The same step with a dearer bucket: one padded batch in the original order.
-    [one] = build_attention_metadata(chunks, 4, bucket_cost=100).decodes
-    assert one.token_index is None and one.blocks.shape == (4, 10)
+    dec = build_attention_metadata(chunks, 4, bucket_cost=100).decode
+    assert dec.token_index is None and [b.blocks.shape for b in dec.buckets] == [(4, 10)]
+    # Mixed with a prefill: the decode rows are gathered, in bucket order.
+    dec = build_attention_metadata([(0, 3, [30]), *chunks], 4, bucket_cost=16).decode
+    assert dec.token_index.tolist() == [4, 6, 3, 5]
 
 
 def test_prefill_grouping():

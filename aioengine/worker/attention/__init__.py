@@ -3,6 +3,7 @@ decode tokens. ``build_attention_metadata`` once per step; ``paged_attention`` i
 
 from aioengine.worker.attention.metadata import (
     AttentionMetadata,
+    DecodeBucket,
     DecodeGroup,
     PrefillGroup,
     build_attention_metadata,
@@ -11,6 +12,7 @@ from aioengine.worker.attention.paged import paged_attention
 
 __all__ = [
     "AttentionMetadata",
+    "DecodeBucket",
     "DecodeGroup",
     "PrefillGroup",
     "build_attention_metadata",

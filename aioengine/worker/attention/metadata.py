@@ -13,31 +13,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
 import torch
+
+from aioengine.worker.attention.buckets import DECODE_BUCKET_COST, decode_buckets
 
 Chunk = tuple[int, int, Sequence[int]]
 """``(start_pos, num_tokens, block_table)`` of one sequence in this step."""
 
 # A padded prefill group may cost at most this many times the useful attention work.
 _MAX_PADDING_WASTE = 2.0
-# What one more decode bucket costs (its gather, SDPA and scatter calls in every layer), in
-# padded key positions: a split pays off when it saves more padding than this. Padding costs
-# gather and SDPA work over every padded key (the whole step used to be padded to its longest
-# context: ~2x the useful work for lengths spread evenly).
-DECODE_BUCKET_COST = 128
+
+
+@dataclass
+class DecodeBucket:
+    """Decodes of similar context length, rows ``lo:hi`` of the decode batch, padded together:
+    keys gathered whole blocks at a time, ``blocks`` ``[n, nb]``, giving ``L = nb *
+    block_size`` key positions per sequence (tail masked)."""
+
+    lo: int
+    hi: int
+    blocks: torch.Tensor  # [n, nb] block ids (padding points at a real block, masked out)
+    mask: torch.Tensor  # [n, 1, 1, L] bool, True = attend
 
 
 @dataclass
 class DecodeGroup:
-    """One bucket of one-token chunks: queries ``[B]``; keys gathered whole blocks at a time,
-    ``blocks`` ``[B, nb]``, giving ``L = nb * block_size`` key positions per sequence (tail
-    masked)."""
+    """All one-token chunks, ordered bucket by bucket (see ``buckets.decode_buckets``)."""
 
     token_index: torch.Tensor | None  # [B] rows of the flat batch; None: all T rows, in order
-    blocks: torch.Tensor  # [B, nb] block ids (padding points at a real block, masked out)
-    mask: torch.Tensor  # [B, 1, 1, L] bool, True = attend
+    buckets: list[DecodeBucket]
 
 
 @dataclass
@@ -72,7 +77,7 @@ class AttentionMetadata:
     context_lens: torch.Tensor  # [N] start_pos + num_tokens
     block_tables: torch.Tensor  # [N, max_blocks] padded with block 0
     last_token_index: torch.Tensor  # [N] flat row of each chunk's last token
-    decodes: list[DecodeGroup]  # buckets of similar context length
+    decode: DecodeGroup | None
     prefills: list[PrefillGroup]
 
 
@@ -130,16 +135,18 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
 
     decode_ids = [i for i in range(n) if lens[i] == 1]
     prefill_ids = [i for i in range(n) if lens[i] > 1]
-    buckets = decode_buckets(decode_ids, [-(-c // block_size) for c in ctxs], block_size,
-                             bucket_cost)
-    decodes = [_decode_group(b, n, total, qsl, table_t, ctx_t, block_size) for b in buckets]
+    decode = None
+    if decode_ids:
+        buckets = decode_buckets(decode_ids, [-(-c // block_size) for c in ctxs], block_size,
+                                 bucket_cost)
+        decode = _decode_group(buckets, ctxs, total, qsl, table_t, ctx_t, block_size)
     prefills = [_prefill_group(g, starts, lens, qsl, table_t, ctx_t, block_size)
                 for g in _group_prefills(prefill_ids, starts, lens)]
 
     meta = AttentionMetadata(
         num_tokens=total, num_seqs=n, block_size=block_size, positions=positions,
         slot_mapping=slot_mapping, query_start_loc=qsl, context_lens=ctx_t,
-        block_tables=table_t, last_token_index=qsl[1:] - 1, decodes=decodes, prefills=prefills)
+        block_tables=table_t, last_token_index=qsl[1:] - 1, decode=decode, prefills=prefills)
     return meta if torch.device(device).type == "cpu" else _to_device(meta, device)
 
 
@@ -153,72 +160,27 @@ def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
     return blocks, mask
 
 
-def decode_buckets(ids: list[int], nblocks: Sequence[int], block_size: int,
-                   cost: int = DECODE_BUCKET_COST) -> list[list[int]]:
-    """Split the decode chunks ``ids`` (``nblocks[i]`` blocks of context each) into buckets
-    minimising the padded key positions (each bucket pads to its longest) plus ``cost`` per
-    bucket. One bucket keeps ``ids``' order (a pure decode step then needs no scatter).
-
-    Sorted by length, optimal buckets are runs, and a boundary never splits equal lengths, so
-    this is a 1-D partition over the U distinct lengths: ``f[g] = min_h f[h] + (c_g - c_h) *
-    x_g + cost`` (``c``: sequences up to length group g, ``x_g``: its padded length). The
-    convex hull trick solves it in O(U): lines ``f[h] - c_h * x`` have falling slopes and the
-    queries ``x_g`` rise.
-    """
-    if len(ids) <= 1:
-        return [ids] if ids else []
-    order = sorted(ids, key=nblocks.__getitem__)
-    ends: list[int] = []  # sequences in length groups 0..g
-    xs: list[int] = []  # padded keys per sequence in group g
-    for pos, i in enumerate(order, 1):
-        if xs and xs[-1] == nblocks[i] * block_size:
-            ends[-1] = pos
-        else:
-            xs.append(nblocks[i] * block_size)
-            ends.append(pos)
-    if len(xs) == 1:
-        return [ids]
-    counts, best, parent = [0], [0], [0]  # per DP state: sequences covered, cost, split
-    hull = [0]  # states whose lines form the lower envelope, slopes -counts falling
-    head = 0
-    for end, x in zip(ends, xs, strict=True):
-        while (head + 1 < len(hull) and best[hull[head + 1]] - counts[hull[head + 1]] * x
-               <= best[hull[head]] - counts[hull[head]] * x):
-            head += 1
-        h = hull[head]
-        counts.append(end)
-        best.append(best[h] + (end - counts[h]) * x + cost)
-        parent.append(h)
-        k = len(best) - 1
-        while len(hull) - head >= 2 and _hides(counts, best, hull[-2], hull[-1], k):
-            hull.pop()
-        hull.append(k)
-    cuts = []
-    state = len(best) - 1
-    while state:
-        cuts.append(counts[state])
-        state = parent[state]
-    if len(cuts) == 1:
-        return [ids]
-    bounds = [0, *reversed(cuts)]
-    return [order[lo:hi] for lo, hi in pairwise(bounds)]
-
-
-def _hides(counts: list[int], best: list[int], a: int, b: int, c: int) -> bool:
-    """Line b is nowhere below both a and c (slopes -counts[a] > -counts[b] > -counts[c]):
-    c overtakes a no later than b does."""
-    return ((best[c] - best[a]) * (counts[b] - counts[a])
-            <= (best[b] - best[a]) * (counts[c] - counts[a]))
-
-
-def _decode_group(ids: list[int], n: int, total: int, qsl: torch.Tensor, tables: torch.Tensor,
-                  ctx: torch.Tensor, block_size: int) -> DecodeGroup:
-    every = len(ids) == n
-    idx = None if every else torch.tensor(ids, dtype=torch.long)
-    blocks, mask = _gather_layout(tables if every else tables[idx],
-                                  ctx if every else ctx[idx], block_size)
-    return DecodeGroup(token_index=None if len(ids) == total else qsl[ids],
-                       blocks=blocks, mask=mask.view(len(ids), 1, 1, -1))
+def _decode_group(buckets: list[list[int]], ctxs: list[int], total: int, qsl: torch.Tensor,
+                  tables: torch.Tensor, ctx: torch.Tensor, block_size: int) -> DecodeGroup:
+    """Tables and lengths permuted into bucket order once; each bucket slices them."""
+    order = [i for b in buckets for i in b]
+    if order == list(range(len(order))):  # also when every chunk is a decode, in order
+        idx = None
+        tables, ctx = tables[:len(order)], ctx[:len(order)]
+    else:
+        idx = torch.tensor(order, dtype=torch.long)
+        tables, ctx = tables[idx], ctx[idx]
+    keys = torch.arange(tables.shape[1] * block_size)
+    out, lo = [], 0
+    for b in buckets:
+        n = len(b)
+        nb = -(-max(ctxs[i] for i in b) // block_size)
+        hi = lo + n
+        mask = keys[:nb * block_size] < ctx[lo:hi, None]
+        out.append(DecodeBucket(lo, hi, tables[lo:hi, :nb], mask.view(n, 1, 1, -1)))
+        lo = hi
+    rows = None if idx is None and len(order) == total else qsl[order]
+    return DecodeGroup(token_index=rows, buckets=out)
 
 
 def _group_prefills(ids: list[int], starts: list[int], lens: list[int]) -> list[list[int]]:
@@ -265,7 +227,10 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
     def mv(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.to(device, non_blocking=True)
 
-    decodes = [DecodeGroup(mv(g.token_index), mv(g.blocks), mv(g.mask)) for g in meta.decodes]
+    decode = meta.decode
+    if decode is not None:
+        decode = DecodeGroup(mv(decode.token_index), [
+            DecodeBucket(b.lo, b.hi, mv(b.blocks), mv(b.mask)) for b in decode.buckets])
     prefills = [PrefillGroup(g.num_seqs, g.max_q, g.token_slice, mv(g.token_index),
                              mv(g.valid_rows), mv(g.out_index), mv(g.blocks), mv(g.mask))
                 for g in meta.prefills]
@@ -274,4 +239,4 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
         positions=mv(meta.positions), slot_mapping=mv(meta.slot_mapping),
         query_start_loc=mv(meta.query_start_loc), context_lens=mv(meta.context_lens),
         block_tables=mv(meta.block_tables), last_token_index=mv(meta.last_token_index),
-        decodes=decodes, prefills=prefills)
+        decode=decode, prefills=prefills)

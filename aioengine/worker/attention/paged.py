@@ -13,7 +13,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from aioengine.worker.attention.metadata import AttentionMetadata, DecodeGroup, PrefillGroup
+from aioengine.worker.attention.metadata import (
+    AttentionMetadata,
+    DecodeBucket,
+    DecodeGroup,
+    PrefillGroup,
+)
 
 
 def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -30,7 +35,7 @@ def _gather(kv_cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
     each block as one contiguous row (advanced indexing was ~6x slower on CPU)."""
     two, hkv, num_blocks, bs, d = kv_cache.shape
     b, nb = blocks.shape
-    rows = kv_cache.view(two * hkv, num_blocks, bs * d).index_select(1, blocks.view(-1))
+    rows = kv_cache.view(two * hkv, num_blocks, bs * d).index_select(1, blocks.reshape(-1))
     return rows.view(two, hkv, b, nb * bs, d).transpose(1, 2)
 
 
@@ -38,11 +43,11 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
                     meta: AttentionMetadata, scale: float) -> torch.Tensor:
     """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` of this step -> output ``[T, Hq, D]``."""
     write_kv(kv_cache, k, v, meta.slot_mapping)
-    decodes = meta.decodes
-    if len(decodes) == 1 and decodes[0].token_index is None:  # one bucket holds every row
-        return _decode(q, kv_cache, decodes[0], scale)
+    dec = meta.decode
+    if dec is not None and dec.token_index is None:  # a pure decode step in order: no scatter
+        return _decode(q, kv_cache, dec, scale)
     out = torch.empty_like(q)
-    for dec in decodes:
+    if dec is not None:
         assert dec.token_index is not None
         res = _decode(q.index_select(0, dec.token_index), kv_cache, dec, scale)
         out.index_copy_(0, dec.token_index, res)
@@ -53,13 +58,21 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
 
 def _decode(q: torch.Tensor, kv_cache: torch.Tensor, group: DecodeGroup,
             scale: float) -> torch.Tensor:
+    """``q`` ``[B, Hq, D]`` in the group's (bucket) order."""
+    if len(group.buckets) == 1:
+        return _decode_bucket(q, kv_cache, group.buckets[0], scale)
+    return torch.cat([_decode_bucket(q[b.lo:b.hi], kv_cache, b, scale) for b in group.buckets])
+
+
+def _decode_bucket(q: torch.Tensor, kv_cache: torch.Tensor, bucket: DecodeBucket,
+                   scale: float) -> torch.Tensor:
     # One query per sequence: fold the query heads sharing a kv head into the "query length"
     # axis, [B, Hkv, G, D], so SDPA needs no repeated K/V and the mask broadcasts over G.
     b, hq, d = q.shape
     hkv = kv_cache.shape[1]
-    kv = _gather(kv_cache, group.blocks)
+    kv = _gather(kv_cache, bucket.blocks)
     out = F.scaled_dot_product_attention(q.view(b, hkv, hq // hkv, d), kv[0], kv[1],
-                                         attn_mask=group.mask, scale=scale)
+                                         attn_mask=bucket.mask, scale=scale)
     return out.reshape(b, hq, d)
 
 
