@@ -4,7 +4,7 @@ Every peer runs in a separate spawned process. Metrics: round-trip latency of 25
 (p50, p99), one-way messages per second at 256 B, GB/s at 1 MiB and 16 MiB, broadcast to two
 readers (messages per second at 256 B), and the CPU an idle waiting reader burns. Every size is
 warmed up before it is timed, for every contender alike: one-time costs (first-touch page faults
-of fresh buffers) are not throughput.
+of fresh buffers) are not throughput; and every transport buffers the same (``CAPACITY``).
 
 Factors in the table are against the floor of each metric, in one reference row: latency
 against ``os_pipe`` (a bare pipe ping-pong: the kernel wake-up floor), bandwidth against
@@ -34,6 +34,10 @@ FLOORS = {"rtt_p50_us": "os_pipe", "rtt_p99_us": "os_pipe", "msgs_per_s_256B": "
 BASELINE = "floor (rtt: os_pipe, GB/s: memcpy, msg/s: mp_pipe)"
 WARMUP = 2  # messages of each size sent before timing that size
 MiB = 1024 * 1024
+# Every transport's data channel gets the same buffering: 64 MiB, the zmq/uds default. For shm
+# that is a ring holding a 16 MiB message in place; its own default ring (16 MiB, sized for an
+# engine's small messages) would stream such a message through a copy.
+CAPACITY = 64 * MiB
 STALL = 120.0  # a step that makes no progress for this long is a bug: fail, do not hang
 
 
@@ -86,7 +90,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 # ---- our transports -------------------------------------------------------------------------
 def rtt(kind: str, sizes: Sizes) -> list[Result]:
-    w = T.open_writer(kind)
+    w = T.open_writer(kind, capacity=CAPACITY)
     child = Child("echo", kind, w.address)
     r = T.open_reader(child.ready())
     try:
@@ -123,7 +127,7 @@ def _burst(w: T.SyncWriter, acks: list[T.SyncReader], size: int, n: int) -> floa
 
 
 def one_way(kind: str, sizes: Sizes) -> list[Result]:
-    w = T.open_writer(kind)
+    w = T.open_writer(kind, capacity=CAPACITY)
     child = Child("sink", kind, w.address)
     ack = T.open_reader(child.ready())
     try:
@@ -143,7 +147,7 @@ def one_way(kind: str, sizes: Sizes) -> list[Result]:
 
 
 def broadcast(kind: str, sizes: Sizes) -> list[Result]:
-    w = T.open_broadcast_writer(kind, 2)
+    w = T.open_broadcast_writer(kind, 2, capacity=CAPACITY)
     children = [Child("bsink", kind, w.address, rank) for rank in range(2)]
     acks = [T.open_reader(c.ready()) for c in children]
     try:
@@ -159,7 +163,7 @@ def broadcast(kind: str, sizes: Sizes) -> list[Result]:
 
 
 def idle_cpu(kind: str, sizes: Sizes) -> list[Result]:
-    w = T.open_writer(kind)
+    w = T.open_writer(kind, capacity=CAPACITY)
     child = Child("idle", kind, w.address)
     try:
         child.ready()  # it now waits in recv(); nothing is ever sent
