@@ -4,6 +4,7 @@ softmax(QK^T)V reference over each sequence's full history."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import pytest
@@ -25,7 +26,8 @@ def test_slot_mapping_positions_and_offsets():
     [bucket] = meta.decode.buckets
     assert (bucket.lo, bucket.hi) == (0, 1)
     assert bucket.blocks.tolist() == [[9, 3]]
-    assert bucket.mask.view(-1).tolist() == [True] * 5 + [False] * 3
+    assert bucket.mask.dtype == torch.float32
+    assert bucket.mask.view(-1).tolist() == [0.0] * 5 + [-math.inf] * 3
 
 
 def test_decode_only_step_needs_no_scatter():
@@ -33,7 +35,7 @@ def test_decode_only_step_needs_no_scatter():
     assert meta.prefills == [] and meta.decode.token_index is None
     [bucket] = meta.decode.buckets
     assert bucket.blocks.tolist() == [[1, 2], [3, 0]]
-    assert bucket.mask[:, 0, 0].tolist() == [[True] * 8, [True] * 3 + [False] * 5]
+    assert (bucket.mask[:, 0, 0] == 0).tolist() == [[True] * 8, [True] * 3 + [False] * 5]
 
 
 def test_decodes_split_into_length_buckets():
@@ -46,9 +48,9 @@ def test_decodes_split_into_length_buckets():
     short, long = dec.buckets
     assert (short.lo, short.hi, long.lo, long.hi) == (0, 2, 2, 4)
     assert short.blocks.tolist() == [[10], [21]]
-    assert short.mask[:, 0, 0].tolist() == [[True] * 3 + [False], [True] + [False] * 3]
+    assert (short.mask[:, 0, 0] == 0).tolist() == [[True] * 3 + [False], [True] + [False] * 3]
     assert long.blocks.tolist() == [list(range(10)), list(range(11, 21))]
-    assert long.mask[:, 0, 0].sum(1).tolist() == [40, 39]
+    assert (long.mask[:, 0, 0] == 0).sum(1).tolist() == [40, 39]
     # The same step with a dearer bucket: one padded batch in the original order.
     dec = build_attention_metadata(chunks, 4, bucket_cost=100).decode
     assert dec.token_index is None and [b.blocks.shape for b in dec.buckets] == [(4, 10)]

@@ -34,7 +34,9 @@ class DecodeBucket:
     lo: int
     hi: int
     blocks: torch.Tensor  # [n, nb] block ids (padding points at a real block, masked out)
-    mask: torch.Tensor  # [n, 1, 1, L] bool, True = attend
+    # [n, 1, 1, L] float32, added to the scores: 0 = attend, -inf = past the context. Not bool:
+    # SDPA would turn a bool mask into this in every layer.
+    mask: torch.Tensor
 
 
 @dataclass
@@ -171,12 +173,14 @@ def _decode_group(buckets: list[list[int]], ctxs: list[int], total: int, qsl: to
         idx = torch.tensor(order, dtype=torch.long)
         tables, ctx = tables[idx], ctx[idx]
     keys = torch.arange(tables.shape[1] * block_size)
+    attend = torch.zeros((), dtype=torch.float32)
+    skip = torch.full((), float("-inf"), dtype=torch.float32)
     out, lo = [], 0
     for b in buckets:
         n = len(b)
         nb = -(-max(ctxs[i] for i in b) // block_size)
         hi = lo + n
-        mask = keys[:nb * block_size] < ctx[lo:hi, None]
+        mask = torch.where(keys[:nb * block_size] < ctx[lo:hi, None], attend, skip)
         out.append(DecodeBucket(lo, hi, tables[lo:hi, :nb], mask.view(n, 1, 1, -1)))
         lo = hi
     rows = None if idx is None and len(order) == total else qsl[order]

@@ -71,8 +71,9 @@ def _decode_bucket(q: torch.Tensor, kv_cache: torch.Tensor, bucket: DecodeBucket
     b, hq, d = q.shape
     hkv = kv_cache.shape[1]
     kv = _gather(kv_cache, bucket.blocks)
+    mask = bucket.mask if bucket.mask.dtype == q.dtype else bucket.mask.to(q.dtype)
     out = F.scaled_dot_product_attention(q.view(b, hkv, hq // hkv, d), kv[0], kv[1],
-                                         attn_mask=bucket.mask, scale=scale)
+                                         attn_mask=mask, scale=scale)
     return out.reshape(b, hq, d)
 
 
