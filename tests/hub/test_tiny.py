@@ -9,7 +9,7 @@ import os
 
 import jinja2
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
@@ -71,6 +71,9 @@ def tiny():
 @given(text=st.text(max_size=200))
 def test_tokenizer_round_trips_any_text(tiny, text):
     tok = tiny[1]
+    # Text that spells a special token ("<|pad|>") encodes as that token, as in every Hugging
+    # Face tokenizer; such text is not plain text to round-trip.
+    assume(not any(t.content in text for t in tok.get_added_tokens_decoder().values()))
     ids = tok.encode(text).ids
     assert ids[0] == 0  # <|bos|> prepended
     assert tok.decode(ids, skip_special_tokens=True) == text
