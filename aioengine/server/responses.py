@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import abc
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -54,7 +55,7 @@ def usage(states: Sequence[ChoiceState]) -> Json:
             "prompt_tokens_details": {"cached_tokens": states[0].cached_tokens if states else 0}}
 
 
-class _Format:
+class _Format(abc.ABC):
     object_full = ""
     object_chunk = ""
     id_prefix = ""
@@ -85,8 +86,9 @@ class _Format:
         body["usage"] = usage(states)
         return body
 
+    @abc.abstractmethod
     def full_choice(self, state: ChoiceState) -> Json:
-        raise NotImplementedError
+        """One choice of a non-streamed response, in this endpoint's shape."""
 
     def _token(self, token_id: int) -> str:
         return self.token_text(token_id)
