@@ -145,7 +145,8 @@ class Scheduler:
                 self.prompt_tokens_total += req.num_prompt_tokens
             req.status = RequestStatus.RUNNING
             new_seqs.append(NewSequence(req.request_id, req.prompt_token_ids,
-                                        req.output_token_ids, req.params))
+                                        req.output_token_ids, req.params,
+                                        list(req.eos_token_ids)))
             emit(req, n)
 
         finished, self._finished_ids = self._finished_ids, []

@@ -23,6 +23,9 @@ class NewSequence(msgspec.Struct, array_like=True):
     prompt_token_ids: list[int]
     output_token_ids: list[int]  # non-empty when resumed after preemption
     params: SamplingParams
+    # The request's own eos ids (AddRequest.eos_token_id), masked during ``min_tokens``;
+    # None: the model's eos ids.
+    eos_token_ids: list[int] | None = None
 
 
 PREVIOUS_TOKEN = -1

@@ -121,7 +121,7 @@ class ModelRunner:
                                      "finished_ids first)")
             states[seq.request_id] = SequenceState.create(
                 seq.request_id, seq.params, seq.prompt_token_ids, seq.output_token_ids,
-                self.eos_token_ids)
+                self.eos_token_ids if seq.eos_token_ids is None else tuple(seq.eos_token_ids))
         chunks = step.chunks
         if not chunks:
             return StepResult(step.step_id, [])

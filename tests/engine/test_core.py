@@ -140,6 +140,15 @@ def test_eos_stops_unless_ignored(core):
     assert outs["i"].tokens == probe and outs["i"].finish_reason == "length"
 
 
+def test_min_tokens_masks_the_requests_own_eos(core):
+    add(core, "probe", [5, 6, 7], greedy(4, ignore_eos=True))
+    probe = drain(core)["probe"].tokens
+    eos = probe[0]  # the request's eos is the very token greedy would pick first
+    add(core, "m", [5, 6, 7], greedy(4, min_tokens=2), eos_token_id=eos)
+    out = drain(core)["m"]
+    assert out.tokens[0] != eos and eos not in out.tokens[:2]
+
+
 def test_max_model_len_beyond_kv_capacity_is_refused(one_thread):
     with pytest.raises(ValueError, match=r"max_model_len 96 does not fit the KV cache: 10 "
                                          r"blocks x 4 tokens = 40 tokens"):
