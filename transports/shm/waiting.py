@@ -15,15 +15,18 @@ from transports.shm.core import NO_FDS, Wait
 
 T = TypeVar("T")
 
-# Why these numbers: going to sleep costs a waiter the peer's eventfd write, the scheduler's
-# hand-over and a cold trip back through Python -- about 10-20 us on a small loaded box, the
-# price of one os.pipe round trip. A spin that gives up after roughly that long is never more
-# than about twice as slow as the better choice made in hindsight (the ski-rental argument),
-# so no wait spins longer than SPIN_MAX_NS, and an idle reader costs one short spin per message.
-SPIN_MAX_NS = 30_000
-SPIN_START_NS = 10_000
+# Why these numbers: a blocking wait that sleeps pays the peer's eventfd write, the scheduler's
+# hand-over and, on a VM whose idle vCPUs halt, the hypervisor waking our vCPU: from ~10 us on
+# a busy core to ~100 us on a quiet Firecracker guest. Worse, in a ping-pong a sleeper leaves
+# its peer nothing to catch: the peer's spin fails too, and both sides then sleep on every
+# message (each spin times out because the other side is itself asleep). So the budget is
+# learned from the sleeps themselves: a sleep of T that ended with progress would have been
+# caught by a spin of ~2T (the ski-rental argument: never more than about twice the better
+# choice made in hindsight). SPIN_MAX_NS bounds it: a peer slower than that is not spun for.
+SPIN_MAX_NS = 250_000
+SPIN_START_NS = 20_000
 SPIN_MIN_NS = 500  # a budget halved below this is 0: not worth the clock reads
-PROBE_EVERY = 32  # while spins keep failing, still try one full spin this often
+PROBE_EVERY = 32  # while spins keep failing, still try one learned-length spin this often
 
 
 class Spinner:
@@ -31,9 +34,10 @@ class Spinner:
 
     A spin that finds progress keeps its budget; one that fails halves it. After a real sleep
     of T ns that was short (spinning for 2T would have caught it) the budget grows back to
-    ~2T -- but halved once more for every spin that failed in a row, because spins that keep
-    failing while the peer answers quickly mean the peer shares our core (it cannot run while
-    we spin). Every PROBE_EVERY-th wait still spins in full, so the budget recovers once the
+    ~2T (remembered as ``learned``) -- but halved once more for every spin that failed in a
+    row, because spins that keep failing while the peer answers quickly mean the peer shares
+    our core (it cannot run while we spin). Every PROBE_EVERY-th wait still spins for the
+    learned length, and one that succeeds restores that budget, so spinning resumes once the
     peer runs elsewhere again. An idle or slow peer drives the budget to 0: no CPU burned.
 
     The spin never calls sched_yield(): on a busy machine a yield hands the core to whatever
@@ -42,35 +46,39 @@ class Spinner:
     hand the core straight to the woken peer.
     """
 
-    __slots__ = ("budget", "misses", "waits")
+    __slots__ = ("budget", "learned", "misses", "waits")
 
     def __init__(self) -> None:
         self.budget = SPIN_START_NS
+        self.learned = SPIN_START_NS  # the spin that would have caught the last short sleep
         self.misses = 0  # spins that failed in a row
         self.waits = 0
 
     def spin(self, ready: Callable[[], bool]) -> bool:
         """Busy-wait up to the budget for ``ready()``; False if the caller must sleep."""
-        budget = self.budget
-        self.waits += 1
-        if self.misses and self.waits % PROBE_EVERY == 0:
-            budget = SPIN_MAX_NS  # probe: does spinning pay again?
-        if budget <= 0:
-            return False
+        budget = kept = self.budget
+        if self.misses or not budget:
+            self.waits += 1
+            if self.waits % PROBE_EVERY == 0:
+                budget = self.learned  # probe: does spinning pay again?
+            if budget <= 0:
+                return False
         now = time.monotonic_ns
         end = now() + budget
         while not ready():
             if now() >= end:
-                self.budget = budget // 2 if budget >= 2 * SPIN_MIN_NS else 0
+                self.budget = kept // 2 if kept >= 2 * SPIN_MIN_NS else 0
                 self.misses += 1
                 return False
+        self.budget = budget  # a successful probe restores the learned budget
         self.misses = 0
         return True
 
     def slept(self, ns: int) -> None:
         """A sleep of ``ns`` ended with progress: a spin of ~2x that would have caught it."""
         if ns < SPIN_MAX_NS:
-            grown = min(SPIN_MAX_NS, 2 * ns) >> min(self.misses, 16)
+            self.learned = learned = min(SPIN_MAX_NS, 2 * ns)
+            grown = learned >> min(self.misses, 16)
             self.budget = max(self.budget, grown if grown >= SPIN_MIN_NS else 0)
 
 
