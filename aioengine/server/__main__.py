@@ -68,8 +68,10 @@ async def serve(config: EngineConfig, settings: ServerSettings, host: str, port:
         loop.add_signal_handler(sig, on_signal, sig.name)
     try:
         async with AsyncMPClient(config) as client:
-            runner = web.AppRunner(create_app(client, settings), shutdown_timeout=grace_period,
-                                   access_log=None)
+            # The app drains its generations itself (ServerSettings.shutdown_grace_period);
+            # aiohttp's own wait is a backstop for the rest, and it reads 0 as "no limit".
+            runner = web.AppRunner(create_app(client, settings),
+                                   shutdown_timeout=max(grace_period, 1.0), access_log=None)
             await runner.setup()
             try:
                 site = web.TCPSite(runner, host, port)
@@ -90,23 +92,24 @@ async def serve(config: EngineConfig, settings: ServerSettings, host: str, port:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.grace_period >= 0:
+        parser.error(f"--grace-period must be >= 0, got {args.grace_period}")
     try:
         config = EngineConfig.from_cli_args(args)
         settings = ServerSettings(model_name=args.served_model_name,
                                   max_request_bytes=args.max_request_bytes,
-                                  default_max_tokens=args.default_max_tokens)
+                                  default_max_tokens=args.default_max_tokens,
+                                  shutdown_grace_period=args.grace_period)
     except ValueError as e:
         parser.error(str(e))
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in [0, 65535], got {args.port}")
-    if args.grace_period < 0:
-        parser.error(f"--grace-period must be >= 0, got {args.grace_period}")
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(serve(config, settings, args.host, args.port, args.grace_period))
     except asyncio.CancelledError:
-        logger.info("stopped before serving")
+        logger.info("stopped by a signal before the start-up or the shutdown completed")
     except EngineStartupError as e:
         logger.error("the engine failed to start: %s", e)
         return 1

@@ -38,6 +38,9 @@ class ServerSettings:
     """Seconds ``/health`` and ``/metrics`` wait for the engine to answer."""
     disconnect_poll_interval: float = 0.2
     """Seconds between checks for HTTP clients that went away (their requests are aborted)."""
+    shutdown_grace_period: float = 10.0
+    """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
+    generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
 
     def __post_init__(self) -> None:
         if self.model_name is not None and not self.model_name:
@@ -49,6 +52,9 @@ class ServerSettings:
         for name in ("health_timeout", "disconnect_poll_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not self.shutdown_grace_period >= 0:
+            raise ValueError(
+                f"shutdown_grace_period must be >= 0, got {self.shutdown_grace_period!r}")
 
 
 def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
@@ -79,9 +85,14 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
 
+    async def drain(_: web.Application) -> None:
+        # on_shutdown runs before aiohttp waits on (and then cuts) the handlers in flight.
+        await gen.drain(settings.shutdown_grace_period)
+
     async def close_watcher(_: web.Application) -> None:
         await watcher.close()
 
+    app.on_shutdown.append(drain)
     app.on_cleanup.append(close_watcher)
     return app
 

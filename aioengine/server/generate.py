@@ -4,11 +4,15 @@ then answer with one JSON body or a Server-Sent Events stream ending in ``data: 
 Everything is checked before the first output is awaited on; the client refuses bad prompts
 before they reach the engine; so a rejected request costs the engine nothing. A client that
 goes away (a failed write, or the disconnect watcher) cancels the choices, which aborts them.
+At shutdown ``drain()`` gives the requests in flight a grace period, then aborts the rest: their
+clients still get a whole answer, ending with ``finish_reason: "abort"``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,7 +21,7 @@ from aiohttp import web
 
 from aioengine import EngineDeadError
 from aioengine.server.body import decode, read_body
-from aioengine.server.choices import ChoiceRunner
+from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, from_value_error
 from aioengine.server.metrics import ServerMetrics
@@ -30,7 +34,10 @@ from aioengine.server.protocol import (
 )
 from aioengine.server.responses import ChatFormat, ChoiceState, CompletionFormat, TokenText
 
+logger = logging.getLogger(__name__)
+
 _SEVERITY = {None: 0, "stop": 1, "length": 2, "abort": 3, "error": 4}
+_ABORT_WRITE_TIMEOUT = 5.0  # after an abort at shutdown: time left to write the endings
 
 
 class GenerationFailed(Exception):
@@ -48,6 +55,30 @@ class GenerateHandlers:
         self._metrics = metrics
         self._watcher = watcher
         self._token_text = token_text
+        self._runs: set[ChoiceRunner] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def drain(self, grace_period: float) -> None:
+        """Let the requests in flight run up to ``grace_period`` seconds, then abort the rest
+        and wait (briefly) for their handlers to send the endings."""
+        if not await self._wait_idle(grace_period):
+            logger.info("aborting %d request(s) still running after the %.1f s grace period",
+                        len(self._runs), grace_period)
+            for runner in self._runs:
+                runner.abort()
+            if not await self._wait_idle(_ABORT_WRITE_TIMEOUT):
+                logger.warning("%d aborted request(s) did not finish writing within %.1f s",
+                               len(self._runs), _ABORT_WRITE_TIMEOUT)
+
+    async def _wait_idle(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._runs:
+            try:
+                await asyncio.wait_for(self._idle.wait(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                return not self._runs
+        return True
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -96,6 +127,8 @@ class GenerateHandlers:
         states = [ChoiceState(i) for i in range(req.n)]
         last: dict[int, Any] = {}
         outcome = "error"
+        self._runs.add(runner)
+        self._idle.clear()
         with self._watcher.watch(request) as watch:
             try:
                 try:
@@ -131,6 +164,9 @@ class GenerateHandlers:
             finally:
                 await runner.aclose()
                 self._record(endpoint, outcome, last.values())
+                self._runs.discard(runner)
+                if not self._runs:
+                    self._idle.set()
 
     def _record(self, endpoint: str, outcome: str, outputs: Any) -> None:
         self._metrics.count(endpoint, outcome)
@@ -151,6 +187,9 @@ def _dead(err: BaseException) -> ApiError:
 async def _tracked(events: AsyncIterator[tuple[int, Any]],
                    last: dict[int, Any]) -> AsyncIterator[tuple[int, Any]]:
     async for index, out in events:
+        if out is ABORTED:
+            yield index, out
+            continue
         last[index] = out
         if out.finished and out.finish_reason == "error":
             raise GenerationFailed(out.error or "unknown error")
@@ -164,7 +203,10 @@ def _outcome(states: list[ChoiceState]) -> str:
 
 async def _collect(events: AsyncIterator[tuple[int, Any]], states: list[ChoiceState]) -> str:
     async for index, out in events:
-        states[index].update(out)
+        if out is ABORTED:
+            states[index].abort()
+        else:
+            states[index].update(out)
     return _outcome(states)
 
 
@@ -189,7 +231,12 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
             async for index, out in events:
                 state = states[index]
                 offset = len(state.text)
-                text, logprobs = state.update(out)
+                if out is ABORTED:
+                    if not state.abort():
+                        continue
+                    text, logprobs = "", []
+                else:
+                    text, logprobs = state.update(out)
                 finish = state.finish_reason
                 if not text and not logprobs and finish is None:
                     continue

@@ -46,6 +46,13 @@ class ChoiceState:
             self.finish_reason = out.finish_reason
         return out.delta_text, new_lp
 
+    def abort(self) -> bool:
+        """End a choice that was cut short; False if it had ended already."""
+        if self.finish_reason is not None:
+            return False
+        self.finish_reason = "abort"
+        return True
+
 
 def usage(states: Sequence[ChoiceState]) -> Json:
     prompt = states[0].prompt_tokens if states else 0
