@@ -3,18 +3,53 @@
 A full block is cached under a chained hash of (previous block's hash, its tokens). A hit is
 never trusted on the hash alone: the stored block must hold the same tokens and hang off the
 same parent content (``parent_cid``). Blocks whose count drops to zero keep their content and
-wait in an LRU; fresh blocks come from the never-cached pool first, then the LRU's oldest.
-A sequence frees its blocks last-first, so a prefix's tail is evicted before its head.
+wait in an LRU. A sequence frees its blocks last-first, so a prefix's tail is evicted before
+its head.
+
+Contiguity: a sequence's blocks are handed out as one run of adjacent ids when possible, so the
+worker can attend to its KV as a strided view of the cache instead of gathering it every step
+(``worker.attention``). An admission takes a run sized for its whole expected length (prompt +
+``max_tokens``) and reserves the part it does not use yet; growing takes the next block of the
+run. Where runs come from, best first: never-cached unreserved blocks; a run that also evicts
+cached blocks, but only from the older half of the LRU (contiguity is worth more than the
+youngest cached prefixes); else single blocks as before (never-cached, then reserved ones of
+other sequences, then the LRU's oldest) and the worker gathers.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+import re
+from collections import OrderedDict
 
 from aioengine.engine.request import Request
 
 _ROOT_HASH = 0x5EED  # chain start; a fixed int so hashes are the same in every process
 _ROOT_CID = 0  # parent content id of a sequence's first block
+
+# Block states (one byte each in ``BlockManager._state``, searched with ``re`` for runs).
+_USED = 0
+_FREE = 1  # never cached (or cleared), not reserved
+_CACHED = 2  # evictable: ref count 0, content kept for a prefix hit
+_RESERVED = 3  # free, kept for the growth of the sequence whose run ends just before it
+_YOUNG = 4  # only in the scratch copy of a run search: a cached block too young to evict
+_FREE_RUNS = re.compile(b"\\x01+")
+_TAKEABLE_RUNS = re.compile(b"[\\x01\\x02]+")
+
+
+def _best_fit(runs: re.Pattern[bytes], state: bytearray, want: int,
+              need: int) -> tuple[int, int] | None:
+    """The shortest stretch matching ``runs`` that holds ``want`` blocks, else ``need``: (its
+    first id, the blocks to take or reserve there: ``want``, or the whole shorter stretch)."""
+    best_want = best_need = None
+    for m in runs.finditer(state):
+        n = m.end() - m.start()
+        if n >= want and (best_want is None or n < best_want[1]):
+            best_want = (m.start(), n)
+        elif n >= need and (best_need is None or n < best_need[1]):
+            best_need = (m.start(), n)
+    if best_want is not None:
+        return best_want[0], want
+    return best_need
 
 
 class _Block:
@@ -44,7 +79,9 @@ class BlockManager:
         self.num_blocks = num_blocks
         self.enable_prefix_caching = enable_prefix_caching
         self._blocks = [_Block(i) for i in range(num_blocks)]
-        self._free: deque[int] = deque(range(num_blocks))  # hold no reusable content
+        self._state = bytearray([_FREE]) * num_blocks
+        self._num_free = num_blocks  # _FREE and _RESERVED blocks: no reusable content
+        self._reserved: dict[str, tuple[int, int]] = {}  # request id -> its reserved ids lo:hi
         self._evictable: OrderedDict[int, None] = OrderedDict()  # cached, unused; oldest first
         self._by_hash: dict[int, int] = {}
         self._next_cid = 1
@@ -54,7 +91,7 @@ class BlockManager:
     # ---- statistics ----------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free) + len(self._evictable)
+        return self._num_free + len(self._evictable)
 
     @property
     def num_used_blocks(self) -> int:
@@ -120,9 +157,11 @@ class BlockManager:
             block = self._blocks[bid]
             if block.ref_count == 0:
                 del self._evictable[bid]
+                self._state[bid] = _USED
             block.ref_count += 1
         req.block_ids.extend(cached)
-        req.block_ids.extend(self._take_free() for _ in range(needed))
+        if needed:
+            self._take(req, needed, admission)
         if admission:
             req.num_computed_tokens += num_cached_tokens
             req.num_registered_blocks = len(cached)
@@ -132,17 +171,79 @@ class BlockManager:
                 self.hit_tokens += num_cached_tokens
         return True
 
-    def _take_free(self) -> int:
-        if self._free:
-            bid = self._free.popleft()
-        else:
-            bid, _ = self._evictable.popitem(last=False)  # least recently used
+    def _take(self, req: Request, needed: int, admission: bool) -> None:
+        """Append ``needed`` fresh blocks to ``req.block_ids``, continuing or starting a run."""
+        state, ids = self._state, req.block_ids
+        nxt = ids[-1] + 1 if ids else self.num_blocks
+        while needed and nxt < self.num_blocks and state[nxt] in (_FREE, _RESERVED):
+            ids.append(self._claim(nxt))  # the run goes on (into its reservation)
+            nxt += 1
+            needed -= 1
+        if needed and admission:
+            total = req.num_prompt_tokens + req.params.max_tokens
+            want = min(max(needed, -(-total // self.block_size) - len(ids)), self.num_blocks)
+            run = self._find_run(want, needed)
+            if run is not None:
+                start, length = run
+                ids.extend(self._claim(b) for b in range(start, start + needed))
+                self._reserve(req, start + needed, start + length)
+                return
+        ids.extend(self._claim(self._any_block()) for _ in range(needed))
+
+    def _find_run(self, want: int, need: int) -> tuple[int, int] | None:
+        """(first id, length) of a run of ``want`` (else ``need``) blocks that may be taken:
+        never-cached unreserved ones, else also cached ones from the older half of the LRU.
+        Best fit: the shortest free stretch that holds it, so long stretches stay whole."""
+        run = _best_fit(_FREE_RUNS, self._state, want, need)
+        if run is not None:
+            return run
+        old = len(self._evictable) - len(self._evictable) // 2
+        if need > self._num_free + old:
+            return None
+        scratch = bytearray(self._state)
+        for i, bid in enumerate(reversed(self._evictable)):
+            if i >= len(self._evictable) - old:
+                break
+            scratch[bid] = _YOUNG
+        return _best_fit(_TAKEABLE_RUNS, scratch, want, need)
+
+    def _any_block(self) -> int:
+        """One block outside any run: never-cached, then the LRU's oldest, then another
+        sequence's reserved one (taking it breaks that sequence's run later)."""
+        at = self._state.find(_FREE)
+        if at >= 0:
+            return at
+        if self._evictable:
+            return next(iter(self._evictable))
+        return self._state.find(_RESERVED)
+
+    def _claim(self, bid: int) -> int:
+        """Mark ``bid`` used by one sequence (evicting its cached content if it had any)."""
+        state = self._state[bid]
+        if state == _CACHED:
+            del self._evictable[bid]
             block = self._blocks[bid]
             if self._by_hash.get(block.hash) == bid:  # type: ignore[arg-type]
                 del self._by_hash[block.hash]  # type: ignore[arg-type]
             block.clear()
+        elif state in (_FREE, _RESERVED):
+            self._num_free -= 1
+        else:
+            raise RuntimeError(f"block {bid} is in use; cannot hand it out again")
+        self._state[bid] = _USED
         self._blocks[bid].ref_count = 1
         return bid
+
+    def _reserve(self, req: Request, lo: int, hi: int) -> None:
+        """Keep ``lo:hi`` (free or old cached blocks, right after ``req``'s run) for its growth;
+        cached ones are evicted now, as the run was chosen to take them."""
+        for bid in range(lo, hi):
+            self._claim(bid)
+            self._blocks[bid].ref_count = 0
+            self._state[bid] = _RESERVED
+            self._num_free += 1
+        if hi > lo:
+            self._reserved[req.request_id] = (lo, hi)
 
     def cache_computed_blocks(self, req: Request) -> None:
         """Offer ``req``'s full, computed blocks to the prefix cache (after a step ran)."""
@@ -182,17 +283,24 @@ class BlockManager:
                 continue
             if block.hash is not None and self._by_hash.setdefault(block.hash, bid) == bid:
                 self._evictable[bid] = None  # keep its content for a later hit
+                self._state[bid] = _CACHED
             else:
                 block.clear()  # partial, uncacheable, or a duplicate of a cached block
-                self._free.append(bid)
+                self._state[bid] = _FREE
+                self._num_free += 1
         req.block_ids = []
         req.num_registered_blocks = 0
+        lo, hi = self._reserved.pop(req.request_id, (0, 0))
+        for bid in range(lo, hi):
+            if self._state[bid] == _RESERVED:
+                self._state[bid] = _FREE
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix; blocks in use keep serving their requests."""
         for bid in self._evictable:
             self._blocks[bid].clear()
-            self._free.append(bid)
+            self._state[bid] = _FREE
+        self._num_free += len(self._evictable)
         self._evictable.clear()
         self._by_hash.clear()
         for block in self._blocks:

@@ -78,20 +78,34 @@ def test_different_prefix_same_block_tokens_is_not_a_hit():
     assert bm.find_cached_prefix(req) == []
 
 
-def test_freed_blocks_stay_cached_until_needed_then_lru_evicts_oldest():
+def test_freed_blocks_stay_cached_until_a_run_takes_the_older_half_of_the_lru():
     bm = BlockManager(6, BS)
-    a, _ = admit(bm, "a", [*range(100, 108), 0])  # 3 blocks, 2 cacheable
-    b, _ = admit(bm, "b", [*range(200, 208), 0])
+    a, _ = admit(bm, "a", [*range(100, 108), 0])  # run 0..2, blocks 3..4 reserved to grow
+    b, _ = admit(bm, "b", [*range(200, 208), 0])  # no run of 3 left: single blocks 5, 3, 4
+    assert a.block_ids == [0, 1, 2] and b.block_ids == [5, 3, 4]
     bm.free(a)
-    bm.free(b)  # LRU (oldest first): a's blocks, then b's; never-cached blocks are reused first
+    bm.free(b)  # LRU (oldest first): a's tail, a's head, b's blocks 3 then 5
     assert bm.num_cached_blocks == 4 and bm.num_free_blocks == 6
     c = make_request("c", list(range(300, 309)))
-    assert bm.allocate(c, 9)  # 3 blocks: 2 never-cached ones, then a's tail block
-    assert bm.num_cached_blocks == 3
-    again_a = make_request("a2", [*range(100, 108), 1])
-    assert len(bm.find_cached_prefix(again_a)) == 1  # head of a survives its tail
-    again_b = make_request("b2", [*range(200, 208), 1])
-    assert len(bm.find_cached_prefix(again_b)) == 2
+    assert bm.allocate(c, 9)
+    assert c.block_ids == [0, 1, 2]  # a run over a's old blocks, not scattered free ones
+    assert bm.num_cached_blocks == 2
+    assert bm.find_cached_prefix(make_request("a2", [*range(100, 108), 1])) == []
+    assert len(bm.find_cached_prefix(make_request("b2", [*range(200, 208), 1]))) == 2
+
+
+def test_without_a_run_never_cached_blocks_go_first_then_the_lru_oldest():
+    bm = BlockManager(6, BS)
+    a, _ = admit(bm, "a", [*range(100, 108), 0])
+    b, _ = admit(bm, "b", [*range(200, 208), 0])
+    bm.free(a)
+    bm.free(b)  # cached 0, 1, 3, 5 (LRU: 1, 0, 3, 5); never-cached 2, 4
+    pin = make_request("pin", [9])
+    assert bm.allocate(pin, 1) and pin.block_ids == [2]  # one block: a never-cached one
+    c = make_request("c", list(range(300, 309)))  # no run of 3 is possible any more
+    assert bm.allocate(c, 9)
+    assert c.block_ids == [4, 1, 0]  # the never-cached block, then the LRU's oldest two
+    assert len(bm.find_cached_prefix(make_request("b2", [*range(200, 208), 1]))) == 2
 
 
 def test_hit_refreshes_lru_position():
@@ -180,3 +194,51 @@ def test_collision_with_same_tokens_under_another_prefix_is_rejected():
     bm.cache_computed_blocks(c)
     # Same tokens [3]*4, same hash, but it hangs off [7]*4, not off b's [1]*4:
     assert len(bm.find_cached_prefix(b)) == 1
+
+
+def _is_run(ids: list[int]) -> bool:
+    return ids == list(range(ids[0], ids[0] + len(ids)))
+
+
+def test_admission_takes_a_run_and_reserves_room_to_grow():
+    bm = BlockManager(32, BS)
+    a = make_request("a", list(range(9)), max_tokens=8)  # 17 tokens: 5 blocks in all
+    assert bm.allocate(a, 9) and a.block_ids == [0, 1, 2]
+    b = make_request("b", list(range(5)), max_tokens=4)
+    assert bm.allocate(b, 5) and b.block_ids == [5, 6]  # after a's reserved blocks 3, 4
+    assert bm.num_free_blocks == 32 - 5  # reserved blocks still count as free
+    a.num_computed_tokens = 9
+    assert bm.allocate(a, 8) and a.block_ids == [0, 1, 2, 3, 4]  # grew into its reservation
+    b.num_computed_tokens = 5
+    assert bm.allocate(b, 3) and _is_run(b.block_ids)
+
+
+def test_best_fit_keeps_long_stretches_whole():
+    bm = BlockManager(16, BS)
+    reqs = [make_request(f"r{i}", [i] * 8, max_tokens=1) for i in range(5)]
+    for r in reqs:  # 3 blocks each (9 tokens), back to back: 0..14, block 15 free
+        assert bm.allocate(r, 8)
+    bm.free(reqs[1])
+    bm.free(reqs[3])
+    bm.reset_prefix_cache()  # free stretches: 3..5, 9..11 and block 15
+    small = make_request("s", [7], max_tokens=3)  # 1 block: the single free block fits best
+    assert bm.allocate(small, 1) and small.block_ids == [15]
+    mid = make_request("m", list(range(9)), max_tokens=1)  # 3 blocks: the first stretch of 3
+    assert bm.allocate(mid, 9) and mid.block_ids == [3, 4, 5]
+    late = make_request("l", list(range(9)), max_tokens=1)
+    assert bm.allocate(late, 9) and late.block_ids == [9, 10, 11]
+
+
+def test_a_stolen_reservation_breaks_only_that_run_and_freeing_releases_it():
+    bm = BlockManager(6, BS)
+    a = make_request("a", list(range(4)), max_tokens=12)  # 1 block now, 4 in all: 1..3 kept
+    assert bm.allocate(a, 4) and a.block_ids == [0]
+    b = make_request("b", list(range(9)), max_tokens=1)  # 3 blocks: only 4, 5 are unreserved
+    assert bm.allocate(b, 9)
+    assert b.block_ids == [4, 5, 1]  # no run: never-cached blocks, then a reserved one
+    a.num_computed_tokens = 4
+    assert bm.allocate(a, 4) and a.block_ids == [0, 2]  # its next block was taken
+    bm.free(a)
+    assert bm.num_free_blocks == 3
+    c = make_request("c", list(range(9)), max_tokens=1)  # a's blocks and reservation are back
+    assert bm.allocate(c, 9) and c.block_ids == [0, 2, 3]
