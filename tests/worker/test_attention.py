@@ -185,3 +185,69 @@ def test_paged_attention_matches_reference(seed, bucket_cost):
             torch.testing.assert_close(out[row:row + n], ref, atol=1e-5, rtol=1e-5)
             done[i] += n
             row += n
+
+
+def test_decode_spans_take_single_runs_long_enough():
+    chunks = [(39, 1, list(range(10))),  # one run, 40 keys: a span
+              (39, 1, [20, 21, 23, 22, 24, 25, 26, 27, 28, 29]),  # not in order: gathered
+              (2, 1, [40]),  # a run, but 3 keys: gathered
+              (0, 3, [50]),  # a prefill: never a span
+              (20, 1, [60, 61, 62, 63, 64, 65, 99])]  # a run over the 6 blocks it needs
+    dec = build_attention_metadata(chunks, 4, span_min_keys=8).decode
+    assert dec.spans == [(0, 40), (240, 21)]
+    assert dec.token_index.tolist()[:2] == [0, 6]  # the spans' rows come first
+    assert sorted(dec.token_index.tolist()[2:]) == [1, 2]
+    assert dec.buckets[0].lo == 2 and dec.buckets[-1].hi == 4
+    assert build_attention_metadata(chunks, 4, span_min_keys=None).decode.spans == []
+    assert build_attention_metadata(chunks, 4, span_min_keys=41).decode.spans == []
+    # A pure decode step of spans only, in order: no scatter.
+    only = build_attention_metadata([chunks[0], chunks[4]], 4, span_min_keys=8).decode
+    assert only.token_index is None and only.buckets == [] and len(only.spans) == 2
+
+
+@pytest.mark.parametrize("bad", [0, -2])
+def test_bad_span_min_keys(bad):
+    with pytest.raises(ValueError, match=f"span_min_keys must be >= 1, None or -1, got {bad}"):
+        build_attention_metadata([(0, 1, [0])], 4, span_min_keys=bad)
+
+
+@pytest.mark.parametrize(("seed", "span_min_keys"), [(0, 1), (1, 6), (2, 1), (3, None)])
+def test_spans_and_buckets_mixed_match_reference(seed, span_min_keys):
+    """Half the sequences hold one run of blocks (attended in place), half scattered blocks
+    (gathered), some with prefills in the same steps; every output against the reference."""
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    hq, hkv, d, bs, n = 6, 2, 8, 4, 8
+    cache = torch.zeros(2, hkv, 200, bs, d)
+    scattered = list(range(100, 200))
+    rng.shuffle(scattered)
+    lengths = [rng.randint(2, 40) for _ in range(n)]
+    tables = [list(range(i * 12, i * 12 + 10)) if i % 2 else
+              [scattered.pop() for _ in range(10)] for i in range(n)]
+    done = [0] * n
+    hist_k = [torch.empty(0, hkv, d) for _ in range(n)]
+    hist_v = [torch.empty(0, hkv, d) for _ in range(n)]
+    spans_seen = 0
+    while any(done[i] < lengths[i] for i in range(n)):
+        plan = [(i, 1 if done[i] else rng.randint(1, lengths[i])) for i in range(n)
+                if done[i] < lengths[i] and rng.random() < 0.8]
+        if not plan:
+            continue
+        chunks = [(done[i], m, tables[i]) for i, m in plan]
+        total = sum(m for _, m in plan)
+        q = torch.randn(total, hq, d, generator=gen)
+        k = torch.randn(total, hkv, d, generator=gen)
+        v = torch.randn(total, hkv, d, generator=gen)
+        meta = build_attention_metadata(chunks, bs, bucket_cost=rng.choice([0, 16]),
+                                        span_min_keys=span_min_keys)
+        spans_seen += len(meta.decode.spans) if meta.decode else 0
+        out = paged_attention(q, k, v, cache, meta, scale=d ** -0.5)
+        row = 0
+        for i, m in plan:
+            hist_k[i] = torch.cat([hist_k[i], k[row:row + m]])
+            hist_v[i] = torch.cat([hist_v[i], v[row:row + m]])
+            ref = _reference(q[row:row + m], hist_k[i], hist_v[i], done[i], d ** -0.5)
+            torch.testing.assert_close(out[row:row + m], ref, atol=1e-5, rtol=1e-5)
+            done[i] += m
+            row += m
+    assert (spans_seen > 0) == (span_min_keys is not None)

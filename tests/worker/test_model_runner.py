@@ -11,6 +11,7 @@ from aioengine.config import EngineConfig
 from aioengine.hub import resolve_model
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.messages.worker_io import NewSequence, ScheduledChunk, StepInput
+from aioengine.worker.attention import build_attention_metadata
 from aioengine.worker.model_runner import ModelRunner, StepInputError
 from tests.worker.step_driver import StepDriver
 
@@ -83,6 +84,28 @@ def test_greedy_matches_hf_with_mixed_prefill_decode_batches(runner, hf_model) -
     for rid in ("a", "b", "c"):
         got = d.seqs[rid].outputs
         assert len(got) >= 8
+        assert got == hf_greedy(hf_model, prompts[rid], len(got)), rid
+
+
+def test_greedy_matches_hf_with_decodes_attended_in_place(runner, hf_model) -> None:
+    """Two sequences on runs of adjacent blocks (their decodes attend to spans of the cache,
+    no gather) beside one on blocks in reverse order (gathered), in the same steps."""
+    d = StepDriver(BLOCK, BLOCKS)
+    prompts = {"a": prompt(5, 70), "b": prompt(6, 66), "c": prompt(7, 68)}
+    tables = {"a": list(range(0, 20)), "b": list(range(20, 40)), "c": list(range(59, 39, -1))}
+    for rid, p in prompts.items():
+        d.add(rid, p, GREEDY)
+        d.seqs[rid].blocks = list(tables[rid])
+    run(runner, d)  # prefills
+    for _ in range(8):
+        step = d.step()
+        meta = build_attention_metadata([(c.start_pos, 1, c.block_table) for c in step.chunks],
+                                        BLOCK)
+        assert len(meta.decode.spans) == 2 and len(meta.decode.buckets) == 1
+        d.apply(runner.execute(step))
+    for rid in prompts:
+        got = d.seqs[rid].outputs
+        assert len(got) == 9
         assert got == hf_greedy(hf_model, prompts[rid], len(got)), rid
 
 

@@ -58,10 +58,26 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
 
 def _decode(q: torch.Tensor, kv_cache: torch.Tensor, group: DecodeGroup,
             scale: float) -> torch.Tensor:
-    """``q`` ``[B, Hq, D]`` in the group's (bucket) order."""
-    if len(group.buckets) == 1:
+    """``q`` ``[B, Hq, D]`` in the group's order (spans, then buckets)."""
+    if not group.spans and len(group.buckets) == 1:
         return _decode_bucket(q, kv_cache, group.buckets[0], scale)
-    return torch.cat([_decode_bucket(q[b.lo:b.hi], kv_cache, b, scale) for b in group.buckets])
+    outs = _decode_spans(q, kv_cache, group.spans, scale) if group.spans else []
+    outs += [_decode_bucket(q[b.lo:b.hi], kv_cache, b, scale) for b in group.buckets]
+    return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+
+def _decode_spans(q: torch.Tensor, kv_cache: torch.Tensor, spans: list[tuple[int, int]],
+                  scale: float) -> list[torch.Tensor]:
+    """One SDPA per span, on a view of the cache: the KV is read once, where it lies, instead
+    of being copied into a bucket first (the copy cost more than SDPA itself on CPU)."""
+    two, hkv, num_blocks, bs, d = kv_cache.shape
+    hq = q.shape[1]
+    slots = kv_cache.view(two, 1, hkv, num_blocks * bs, d)
+    keys, values = slots[0], slots[1]
+    qs = q[:len(spans)].view(len(spans), 1, hkv, hq // hkv, d).unbind(0)
+    return [F.scaled_dot_product_attention(qi, keys[:, :, lo:lo + n], values[:, :, lo:lo + n],
+                                           scale=scale).view(1, hq, d)
+            for qi, (lo, n) in zip(qs, spans, strict=True)]
 
 
 def _decode_bucket(q: torch.Tensor, kv_cache: torch.Tensor, bucket: DecodeBucket,
