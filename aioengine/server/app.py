@@ -19,7 +19,7 @@ from aiohttp import web
 
 from aioengine import EngineDeadError
 from aioengine.server.disconnect import DisconnectWatcher
-from aioengine.server.errors import ApiError, error_middleware
+from aioengine.server.errors import ApiError, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
 
@@ -134,7 +134,7 @@ class _Info:
         try:
             return await asyncio.wait_for(getattr(self._client, method)(), self._timeout)
         except EngineDeadError as e:
-            raise ApiError(503, f"the engine is dead: {e}", code="engine_dead") from e
+            raise engine_dead(e) from e
         except asyncio.TimeoutError as e:
             raise ApiError(503, f"the engine did not answer {method} within {self._timeout} s",
                            code="engine_unresponsive") from e

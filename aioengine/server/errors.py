@@ -59,6 +59,17 @@ def from_decode_error(err: msgspec.DecodeError) -> ApiError:
     return ApiError(400, f"malformed JSON body: {text}", code="invalid_json")
 
 
+def engine_dead(err: BaseException) -> ApiError:
+    """503 for a dead engine. Only the first line of the cause goes to the HTTP client: an
+    engine failure carries the engine's traceback, which the client library already logged."""
+    return ApiError(503, f"the engine is dead: {first_line(err)}", code="engine_dead")
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.split("\n", 1)[0] if text else type(err).__name__
+
+
 def from_value_error(err: ValueError) -> ApiError:
     """``SamplingParams`` and the client raise ``ValueError`` whose message starts with the
     offending field's name."""

@@ -23,7 +23,7 @@ from aioengine import EngineDeadError
 from aioengine.server.body import decode, read_body
 from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
-from aioengine.server.errors import ApiError, from_value_error
+from aioengine.server.errors import ApiError, engine_dead, first_line, from_value_error
 from aioengine.server.metrics import ServerMetrics
 from aioengine.server.params import chat_params, completion_params, completion_prompt, seeded
 from aioengine.server.protocol import (
@@ -141,7 +141,7 @@ class GenerateHandlers:
                     raise err from e
                 except EngineDeadError as e:
                     outcome = "engine_dead"
-                    raise _dead(e) from e
+                    raise engine_dead(e) from e
                 events = _tracked(runner.events(), last)
                 if req.stream:
                     resp, outcome = await _stream(request, events, states, fmt,
@@ -151,9 +151,9 @@ class GenerateHandlers:
                     outcome = await _collect(events, states)
                 except EngineDeadError as e:
                     outcome = "engine_dead"
-                    raise _dead(e) from e
+                    raise engine_dead(e) from e
                 except GenerationFailed as e:
-                    raise ApiError(500, f"generation failed in the engine: {e}",
+                    raise ApiError(500, f"generation failed in the engine: {first_line(e)}",
                                    code="generation_error") from e
                 return web.Response(body=msgspec.json.encode(fmt.full(states)),
                                     content_type="application/json")
@@ -180,10 +180,6 @@ class GenerateHandlers:
                 self._metrics.finished(m.e2e_latency)
 
 
-def _dead(err: BaseException) -> ApiError:
-    return ApiError(503, f"the engine is dead: {err}", code="engine_dead")
-
-
 async def _tracked(events: AsyncIterator[tuple[int, Any]],
                    last: dict[int, Any]) -> AsyncIterator[tuple[int, Any]]:
     async for index, out in events:
@@ -192,6 +188,7 @@ async def _tracked(events: AsyncIterator[tuple[int, Any]],
             continue
         last[index] = out
         if out.finished and out.finish_reason == "error":
+            logger.warning("request failed in the engine: %s", out.error)  # in full, here
             raise GenerationFailed(out.error or "unknown error")
         yield index, out
 
@@ -249,9 +246,9 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
             outcome = _outcome(states)
         except EngineDeadError as e:
             outcome = "engine_dead"
-            await send(_dead(e).body())
+            await send(engine_dead(e).body())
         except GenerationFailed as e:
-            await send(ApiError(500, f"generation failed in the engine: {e}",
+            await send(ApiError(500, f"generation failed in the engine: {first_line(e)}",
                                 code="generation_error").body())
         if include_usage:
             await send(fmt.usage_chunk(states))

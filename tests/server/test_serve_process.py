@@ -91,3 +91,26 @@ async def test_engine_death_turns_health_to_503():
             async with s.get(srv.url + "/metrics") as resp:
                 assert "aioengine_engine_up{model=\"tiny\"} 0.0" in await resp.text()
         assert await asyncio.to_thread(srv.terminate) == 0, srv.output()
+
+
+async def test_worker_death_error_is_one_line_without_the_engine_traceback():
+    with ServerProcess("--executor", "mp") as srv:
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+            stream = await s.post(srv.url + "/v1/completions", json=body)
+            await stream.content.readuntil(b"\n\n")  # streaming has begun
+            workers = [p for p in srv.descendants if p.name().startswith("aioengine-worke")]
+            assert len(workers) == 1, srv.descendants
+            workers[0].kill()
+            rest = (await stream.read()).decode().split("\n\n")
+            assert rest[-2:] == ["data: [DONE]", ""], rest[-3:]
+            error = json.loads(rest[-3][len("data: "):])["error"]
+            assert error["code"] == "engine_dead", error
+            assert "worker aioengine-worker-tp0 died" in error["message"], error
+            assert "\n" not in error["message"] and "Traceback" not in error["message"], error
+            async with s.post(srv.url + "/v1/completions", json={"prompt": "x"}) as resp:
+                assert resp.status == 503
+                message = (await resp.json())["error"]["message"]
+                assert "\n" not in message and "died" in message, message
+        assert await asyncio.to_thread(srv.terminate) == 0, srv.output()
+        assert "Traceback" in srv.output()  # the detail is in the server's log
