@@ -59,7 +59,7 @@ class ServerSettings:
 
 def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
     """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
-    ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``."""
+    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     config = client.config
     model = settings.model_name or config.model
@@ -82,6 +82,7 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     app.router.add_post("/v1/chat/completions", gen.chat)
     app.router.add_post("/v1/completions", gen.completions)
     app.router.add_get("/v1/models", info.models)
+    app.router.add_get("/v1/models/{model}", info.model)
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
 
@@ -109,11 +110,20 @@ class _Info:
         self._timeout = timeout
         self._created = int(time.time())
 
-    async def models(self, request: web.Request) -> web.Response:
-        card = {"id": self._model, "object": "model", "created": self._created,
+    def _card(self) -> dict[str, Any]:
+        return {"id": self._model, "object": "model", "created": self._created,
                 "owned_by": "aioengine", "root": self._client.config.model,
                 "max_model_len": self._max_model_len}
-        return _json({"object": "list", "data": [card]})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return _json({"object": "list", "data": [self._card()]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name != self._model:
+            raise ApiError(404, f"model {name!r} does not exist; this server serves "
+                           f"{self._model!r}", param="model", code="model_not_found")
+        return _json(self._card())
 
     async def health(self, request: web.Request) -> web.Response:
         await self._ask("check_health")

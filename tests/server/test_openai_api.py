@@ -15,6 +15,17 @@ async def test_models_lists_the_served_model(oai):
     assert [m.id for m in models.data] == ["tiny"]
 
 
+async def test_models_retrieve_the_served_model(oai):
+    import openai
+
+    model = await oai.models.retrieve("tiny")
+    assert model.id == "tiny" and model.object == "model"
+    with pytest.raises(openai.NotFoundError) as err:
+        await oai.models.retrieve("gpt-4")
+    assert err.value.body["code"] == "model_not_found"
+    assert "'gpt-4'" in err.value.body["message"]
+
+
 async def test_chat_non_streaming_with_usage(oai):
     r = await oai.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=8,
                                           temperature=0.0, logprobs=True)
