@@ -25,9 +25,9 @@ Chunk = tuple[int, int, Sequence[int]]
 # A padded prefill group may cost at most this many times the useful attention work.
 _MAX_PADDING_WASTE = 2.0
 
-# Shortest context attended as a span on CPU: below it, one more SDPA call per layer costs more
-# than gathering the sequence into a bucket (bench: spans took decode attention at batch 32,
-# contexts 16-704, from 4.0 to 2.5 ms per layer; blocks scattered by the allocator).
+# Shortest context attended as a span on CPU: below it, one more SDPA call per layer (~10-20 us)
+# costs more than gathering the sequence into a bucket. Not tuned finely: at batch 32, contexts
+# 16-704, spans took decode attention from 4.0 ms per layer (gathered, scattered blocks) to 2.5.
 DECODE_SPAN_MIN_KEYS = 64
 
 
