@@ -10,17 +10,26 @@ Factors in the table are against the floor of each metric, in one reference row:
 against ``os_pipe`` (a bare pipe ping-pong: the kernel wake-up floor), bandwidth against
 ``memcpy`` (one in-process copy), messages per second against ``mp_pipe``. The broadcast and
 idle-CPU columns have no floor.
+
+Round trips drift on a shared or virtual machine (an ``os_pipe`` p50 of 7 us in one minute and
+90 us in the next, as idle vCPUs halt or not), so ``os_pipe`` and our transports are timed in
+interleaved rounds -- each round times every contender once, in an order rotated from round to
+round -- and each reports the median over rounds of its per-round p50 and p99. A drift then
+moves the floor and the transports alike instead of favouring whichever ran in a quiet minute.
+(``mp_queue``/``mp_pipe`` round trips are timed once, with their other metrics.)
 """
 
 from __future__ import annotations
 
 import importlib
 import select
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import transports as T
 from aioengine.bench import transport_baselines as B
@@ -28,6 +37,7 @@ from aioengine.bench.options import BenchOptions
 from aioengine.bench.results import Result
 
 SUITE = "transport"
+T_ = TypeVar("T_")
 # metric -> the baseline that is its floor; BASELINE names the row that carries them all.
 FLOORS = {"rtt_p50_us": "os_pipe", "rtt_p99_us": "os_pipe", "msgs_per_s_256B": "mp_pipe",
           "gbytes_per_s_1MiB": "memcpy", "gbytes_per_s_16MiB": "memcpy"}
@@ -43,7 +53,8 @@ STALL = 120.0  # a step that makes no progress for this long is a bug: fail, do 
 
 @dataclass(frozen=True)
 class Sizes:
-    rtt_iters: int
+    rtt_iters: int  # round trips per contender, split over rtt_rounds interleaved rounds
+    rtt_rounds: int
     msgs_256: int
     n_1mib: int
     n_16mib: int
@@ -51,9 +62,9 @@ class Sizes:
     idle_s: float
 
 
-FULL = Sizes(rtt_iters=20_000, msgs_256=200_000, n_1mib=1000, n_16mib=64, bcast_msgs=100_000,
-             idle_s=5.0)
-QUICK = Sizes(rtt_iters=1000, msgs_256=10_000, n_1mib=60, n_16mib=6, bcast_msgs=5000,
+FULL = Sizes(rtt_iters=20_000, rtt_rounds=5, msgs_256=200_000, n_1mib=1000, n_16mib=64,
+             bcast_msgs=100_000, idle_s=5.0)
+QUICK = Sizes(rtt_iters=3000, rtt_rounds=3, msgs_256=10_000, n_1mib=60, n_16mib=6, bcast_msgs=5000,
               idle_s=1.0)
 
 
@@ -89,7 +100,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 # ---- our transports -------------------------------------------------------------------------
-def rtt(kind: str, sizes: Sizes) -> list[Result]:
+def rtt(kind: str, iters: int) -> list[Result]:
     w = T.open_writer(kind, capacity=CAPACITY)
     child = Child("echo", kind, w.address)
     r = T.open_reader(child.ready())
@@ -100,7 +111,7 @@ def rtt(kind: str, sizes: Sizes) -> list[Result]:
             r.recv(timeout=STALL)
         times = []
         clock = time.perf_counter_ns
-        for _ in range(sizes.rtt_iters):
+        for _ in range(iters):
             t0 = clock()
             w.send(msg, timeout=STALL)
             r.recv(timeout=STALL)
@@ -112,6 +123,29 @@ def rtt(kind: str, sizes: Sizes) -> list[Result]:
     times.sort()
     return [Result(SUITE, kind, "rtt_p50_us", percentile(times, 0.50), "us"),
             Result(SUITE, kind, "rtt_p99_us", percentile(times, 0.99), "us")]
+
+
+def rotated(items: list[T_], i: int) -> list[T_]:
+    """``items`` starting at position ``i`` (mod its length): round i's running order."""
+    k = i % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
+def rtt_rounds(kinds: list[str], with_floor: bool, sizes: Sizes) -> list[Result]:
+    """Round trips of ``os_pipe`` (if ``with_floor``) and each of ``kinds`` in interleaved
+    rounds (see the module docstring): per contender, the median of its rounds' p50 and p99."""
+    contenders: list[tuple[str, Callable[[int], list[Result]]]] = [
+        (kind, lambda n, k=kind: rtt(k, n)) for kind in kinds]
+    if with_floor:
+        contenders.insert(0, ("os_pipe", B.os_pipe_rtt))
+    iters = max(1, sizes.rtt_iters // sizes.rtt_rounds)
+    per_round: dict[tuple[str, str], list[Result]] = {}
+    for i in range(sizes.rtt_rounds):
+        for _, measure in rotated(contenders, i):
+            for r in measure(iters):
+                per_round.setdefault((r.name, r.metric), []).append(r)
+    return [Result(SUITE, name, metric, statistics.median(r.value for r in rs), rs[0].unit)
+            for (name, metric), rs in per_round.items()]
 
 
 def _burst(w: T.SyncWriter, acks: list[T.SyncReader], size: int, n: int) -> float:
@@ -186,16 +220,27 @@ def available_transports() -> list[str]:
 
 
 def tasks(options: BenchOptions) -> list[tuple[str, Callable[[Sizes], list[Result]]]]:
-    """(label, measurement) pairs in run order; baselines first, so tables read top-down."""
+    """(label, measurement) pairs in run order: the interleaved round trips, the baselines,
+    then each transport's other metrics."""
     todo: list[tuple[str, Callable[[Sizes], list[Result]]]] = []
+    kinds = [kind for kind in available_transports() if options.wants(kind)]
+    floor = options.wants("os_pipe")
+    if kinds or floor:
+        todo.append(("rtt rounds", lambda s: rtt_rounds(kinds, floor, s)))
     for name, fn in B.BASELINES:
         if options.wants(name):
             todo.append((name, fn))
-    for kind in available_transports():
-        if options.wants(kind):
-            for fn in (rtt, one_way, broadcast, idle_cpu):
-                todo.append((f"{kind}:{fn.__name__}", lambda s, k=kind, f=fn: f(k, s)))
+    for kind in kinds:
+        for fn in (one_way, broadcast, idle_cpu):
+            todo.append((f"{kind}:{fn.__name__}", lambda s, k=kind, f=fn: f(k, s)))
     return todo
+
+
+def row_order(results: list[Result]) -> list[Result]:
+    """Baseline rows first (in BASELINES order, os_pipe among them), then the transports, so
+    tables read top-down whatever order the measurements ran in."""
+    rank = {name: i for i, name in enumerate([*B.ROW_NAMES, *available_transports()])}
+    return sorted(results, key=lambda r: rank.get(r.name, len(rank)))
 
 
 def floor_row(results: list[Result]) -> list[Result]:
@@ -221,6 +266,7 @@ def run(options: BenchOptions) -> list[Result]:
     finally:
         if bar is not None:
             bar.close()
+    results = row_order(results)
     return floor_row(results) + results
 
 
