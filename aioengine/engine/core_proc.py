@@ -6,9 +6,14 @@ host never imports torch (this module imports it only through the core, in ``ini
 
 Threads: an input thread decodes ``ClientMessage`` frames into a queue, an output thread encodes
 ``EngineMessage`` objects out of another; the busy loop only sees the queues. It blocks on the
-input queue while idle, drains it between steps and sends one ``StepOutputs`` per step that
-produced something. A fatal error fails every request, sends ``EngineFailure`` (best effort)
+input queue while idle, drains it between steps and queues one ``StepOutputs`` per step that
+produced something; the output thread merges the ``StepOutputs`` that piled up while it was
+behind into one frame. A fatal error fails every request, sends ``EngineFailure`` (best effort)
 and leaves through ERROR.
+
+Both queues are ``queue.SimpleQueue`` (C, one lock, no Python-level condition): with the model
+in this process (uniproc), every Python instruction the I/O threads run holds the GIL the model
+loop needs, so each hand-off must cost as few GIL round trips as possible.
 """
 
 from __future__ import annotations
@@ -84,8 +89,8 @@ class EngineProc(BusyLoopTarget):
         self.launch = launch
         self.config = EngineConfig.from_msgpack(launch.config)
         self.core: Any = None  # EngineCore, built in init (it imports torch)
-        self._in_q: queue.Queue[ClientMessage | _Rejected] = queue.Queue()
-        self._out_q: queue.Queue[EngineMessage | None] = queue.Queue()
+        self._in_q: queue.SimpleQueue[ClientMessage | _Rejected] = queue.SimpleQueue()
+        self._out_q: queue.SimpleQueue[EngineMessage | None] = queue.SimpleQueue()
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
         self._threads: list[threading.Thread] = []
@@ -119,11 +124,9 @@ class EngineProc(BusyLoopTarget):
             except queue.Empty:
                 self._guard(core.executor.check_health)  # a dead worker ends an idle engine too
                 return
-        while True:  # everything that arrived meanwhile, before scheduling
-            try:
-                self._handle(self._in_q.get_nowait())
-            except queue.Empty:
-                break
+        in_q = self._in_q
+        while not in_q.empty():  # everything that arrived meanwhile, before scheduling
+            self._handle(in_q.get_nowait())  # this thread is the only consumer
         if not core.has_work():
             return
         deltas = self._guard(core.step)
@@ -226,11 +229,15 @@ class EngineProc(BusyLoopTarget):
     def _output_loop(self, ctx: LoopContext) -> None:
         encoder = msgspec.msgpack.Encoder()
         writer = self._writer
+        out_q = self._out_q
+        held: list[EngineMessage | None] = []  # taken from the queue by a merge, sent next
         assert writer is not None
         while True:
-            msg = self._out_q.get()
+            msg = held.pop() if held else out_q.get()
             if msg is None:
                 return
+            if isinstance(msg, StepOutputs):
+                msg = _merge_pending(msg, out_q, held)
             try:
                 writer.send(encoder.encode(msg))
             except (PeerClosedError, ChannelClosedError):
@@ -240,6 +247,26 @@ class EngineProc(BusyLoopTarget):
                 logger.exception("output channel failed")
                 ctx.request_shutdown(f"output channel failed: {type(exc).__name__}: {exc}")
                 return
+
+
+def _merge_pending(first: StepOutputs, out_q: queue.SimpleQueue[EngineMessage | None],
+                   held: list[EngineMessage | None]) -> StepOutputs:
+    """``first`` plus the ``StepOutputs`` queued right behind it, as one message: the client
+    applies a frame's deltas in order, so steps merged this way read exactly as if sent one by
+    one -- but cost one frame and one wake-up of the host. The first message of another kind
+    (or the shutdown sentinel) ends the merge and goes to ``held``, to be sent next, in order."""
+    if out_q.empty():
+        return first
+    outputs = list(first.outputs)
+    timestamp = first.timestamp
+    while not out_q.empty():
+        nxt = out_q.get_nowait()
+        if not isinstance(nxt, StepOutputs):
+            held.append(nxt)
+            break
+        outputs += nxt.outputs
+        timestamp = nxt.timestamp
+    return StepOutputs(outputs, timestamp)
 
 
 def _request_id_of(frame: Any) -> str | None:
