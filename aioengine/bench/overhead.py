@@ -7,11 +7,15 @@ sampler called directly in one process (see ``bare_loop``). Metrics:
 - ``decode_tokens_per_s``: output tokens after the first, per second after the first arrived
   (prefill and start-up excluded), the median over repeats;
 - ``host_cpu_ms_per_token`` (engines only): CPU time of the host process (every thread: the
-  event loop, transport I/O, the supervisor) while streaming, per output token.
+  event loop, transport I/O, the supervisor) while streaming, per output token;
+- ``vs_bare_paired`` (engines only, with the baseline): each engine request's rate over the mean
+  of the bare loop's rates measured right before and right after it, the median over repeats.
 
 Every engine starts at once (start-up is mostly single-threaded imports, so this uses the
-cores), then the repeats go round-robin over the rows, so the box's background noise spreads
-evenly over them instead of landing on whichever row ran during a busy spell.
+cores), then the repeats go round-robin over the rows, with a bare-loop request between any two
+engine requests. The box's speed drifts by tens of percent within seconds (a shared VM): a
+ratio of medians taken seconds apart mostly measures that drift, a ratio to the bare loop's
+neighbouring requests much less so.
 """
 
 from __future__ import annotations
@@ -83,14 +87,21 @@ async def _run(options: BenchOptions, sizes: Sizes, prompt: list[int]) -> list[R
             await _one(c, prompt, 4)
         timings: dict[str, list[DecodeTiming]] = {n: [] for n in names}
         cpu: dict[str, list[float]] = {n: [] for n in names}
-        if bare is not None:
-            timings[BASELINE] = []
-        with Progress(sizes.repeats * len(timings), SUITE, options.progress) as bar:
+        # Per engine request: the bare loop's rate right before it and right after it.
+        around: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+        bare_runs = sizes.repeats * len(names) + 1 if bare is not None else 0
+        with Progress(sizes.repeats * len(names) + bare_runs, SUITE, options.progress) as bar:
+
+            async def measure_bare() -> float:
+                assert bare is not None
+                bar.label(BASELINE)
+                t = await bare.measure(STEP_TIMEOUT)
+                timings.setdefault(BASELINE, []).append(t)
+                bar.advance()
+                return t.decode_tokens_per_s
+
+            before = await measure_bare() if bare is not None else None
             for _ in range(sizes.repeats):
-                if bare is not None:
-                    bar.label(BASELINE)
-                    timings[BASELINE].append(await bare.measure(STEP_TIMEOUT))
-                    bar.advance()
                 for n, c in clients.items():
                     bar.label(n)
                     c0 = time.process_time()
@@ -98,6 +109,10 @@ async def _run(options: BenchOptions, sizes: Sizes, prompt: list[int]) -> list[R
                     cpu[n].append((time.process_time() - c0) * 1000 / t.tokens)
                     timings[n].append(t)
                     bar.advance()
+                    if before is not None:
+                        after = await measure_bare()
+                        around[n].append((before, after))
+                        before = after
     finally:
         await asyncio.gather(*(c.shutdown() for c in clients.values()),
                              *([bare.close()] if bare is not None else []))
@@ -108,7 +123,20 @@ async def _run(options: BenchOptions, sizes: Sizes, prompt: list[int]) -> list[R
         if n in cpu:
             results.append(Result(SUITE, n, "host_cpu_ms_per_token", statistics.median(cpu[n]),
                                   "ms"))
+        if around.get(n):
+            ratios = paired_ratios([t.decode_tokens_per_s for t in ts], around[n])
+            results.append(Result(SUITE, n, "vs_bare_paired", statistics.median(ratios), "x",
+                                  samples=tuple(ratios)))
     return results
+
+
+def paired_ratios(rates: list[float], around: list[tuple[float, float]]) -> list[float]:
+    """Each rate over the mean of the baseline's rates (before, after) measured around it."""
+    if len(rates) != len(around):
+        raise ValueError(f"{len(rates)} rates but {len(around)} baseline pairs around them")
+    if any(b <= 0 or a <= 0 for b, a in around):
+        raise ValueError(f"baseline rates must be positive, got {around}")
+    return [r * 2 / (b + a) for r, (b, a) in zip(rates, around, strict=True)]
 
 
 def _config(options: BenchOptions, name: str, sizes: Sizes) -> EngineConfig:

@@ -26,6 +26,14 @@ def test_decode_rate_counts_tokens_after_the_first_output() -> None:
         _ = DecodeTiming(1, 1, 1.0, 1.0).decode_tokens_per_s
 
 
+def test_paired_ratio_is_against_the_mean_of_the_neighbouring_baselines() -> None:
+    assert overhead.paired_ratios([90.0, 50.0], [(100.0, 80.0), (40.0, 60.0)]) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="2 rates but 1 baseline pairs"):
+        overhead.paired_ratios([1.0, 2.0], [(1.0, 1.0)])
+    with pytest.raises(ValueError, match="baseline rates must be positive"):
+        overhead.paired_ratios([1.0], [(0.0, 1.0)])
+
+
 def test_rows_cover_every_executor_and_transport() -> None:
     assert overhead.engine_names() == [
         "aioengine_uniproc_zmq", "aioengine_uniproc_shm", "aioengine_uniproc_uds",
@@ -48,7 +56,10 @@ def test_overhead_suite_smallest_form(tmp_path: Path) -> None:
     for name in names:
         cpu = got[(name, "host_cpu_ms_per_token")]
         assert cpu["unit"] == "ms" and math.isfinite(cpu["value"]) and cpu["value"] > 0
+        paired = got[(name, "vs_bare_paired")]
+        assert paired["unit"] == "x" and math.isfinite(paired["value"]) and paired["value"] > 0
     assert ("bare_loop", "host_cpu_ms_per_token") not in got
+    assert ("bare_loop", "vs_bare_paired") not in got
     assert {n for n, _ in got} == {*names, "bare_loop"}
     assert doc["config"]["suites"] == ["overhead"] and doc["config"]["quick"] is True
     assert "(factors against bare_loop; > 1 is better)" in proc.stdout
