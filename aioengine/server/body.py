@@ -1,4 +1,5 @@
-"""Read a request body under a size limit (413 past it) and decode it with a typed decoder."""
+"""Read a JSON request body (415 for another declared media type, 413 past the size limit) and
+decode it with a typed decoder."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     """The whole body, refusing one over ``limit`` bytes as soon as that is known (the declared
     length, or the bytes read so far of a chunked upload). Reads ``request.content`` directly
     so the limit holds even when the host app mounting us set another ``client_max_size``."""
+    _check_media_type(request)
     declared = request.content_length
     if declared is not None and declared > limit:
         raise _too_large(f"{declared} bytes", limit)
@@ -29,6 +31,20 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if size == 0:
         raise ApiError(400, "request body is empty; expected a JSON object", code="invalid_json")
     return b"".join(parts)
+
+
+def _check_media_type(request: web.Request) -> None:
+    """JSON, or no Content-Type at all; anything else declared (a form, text, bytes) is 415."""
+    if "Content-Type" not in request.headers:
+        return
+    media = request.content_type  # lower-cased, without parameters such as charset
+    if media == "application/json" or (media.startswith("application/")
+                                        and media.endswith("+json")):
+        return
+    hint = " (curl: add -H 'Content-Type: application/json')" \
+        if media == "application/x-www-form-urlencoded" else ""
+    raise ApiError(415, f"Content-Type must be application/json, got {media!r}{hint}",
+                   code="unsupported_media_type")
 
 
 def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:

@@ -100,13 +100,41 @@ async def test_unknown_route_and_method(server):
             assert "not allowed" in (await resp.json())["error"]["message"]
 
 
+@pytest.mark.parametrize(("content_type", "fragment"), [
+    ("text/plain", "got 'text/plain'"),
+    ("application/x-www-form-urlencoded", "curl: add -H 'Content-Type: application/json'"),
+    ("application/octet-stream", "got 'application/octet-stream'"),
+])
+async def test_a_body_declared_as_not_json_is_415(server, content_type, fragment):
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    async with aiohttp.ClientSession() as s, \
+            s.post(server.make_url("/v1/completions"), data=body,
+                   headers={"Content-Type": content_type}) as resp:
+        assert resp.status == 415, await resp.text()
+        err = (await resp.json())["error"]
+        assert err["code"] == "unsupported_media_type" and fragment in err["message"], err
+        assert "Content-Type must be application/json" in err["message"]
+
+
+@pytest.mark.parametrize("headers", [{}, {"Content-Type": "application/json; charset=utf-8"},
+                                     {"Content-Type": "application/merge-patch+json"}],
+                         ids=["none", "charset", "suffix"])
+async def test_json_or_no_content_type_is_accepted(server, headers):
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    async with aiohttp.ClientSession(skip_auto_headers=["Content-Type"]) as s, \
+            s.post(server.make_url("/v1/completions"), data=body, headers=headers) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["object"] == "text_completion"
+
+
 async def test_body_over_the_limit_is_413(engine):
     srv = TestServer(create_app(engine, ServerSettings(max_request_bytes=2048)),
                      host="127.0.0.1")
     await srv.start_server()
     try:
         big = json.dumps({"prompt": "a" * 4000}).encode()
-        async with aiohttp.ClientSession() as s:
+        json_type = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession(headers=json_type) as s:
             async with s.post(srv.make_url("/v1/completions"), data=big) as resp:
                 assert resp.status == 413
                 err = (await resp.json())["error"]
