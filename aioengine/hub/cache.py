@@ -29,8 +29,12 @@ def ensure_dir(name: str, build: Callable[[str], None]) -> str:
     target = os.path.join(root, name)
     if os.path.isdir(target):
         return target
-    os.makedirs(root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root)
+    try:
+        os.makedirs(root, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root)
+    except OSError as e:  # an OSError still, but one that says which setting to change
+        raise OSError(e.errno, f"cannot write the built-in model {name!r} under {root} "
+                      f"({e.strerror}); set AIOENGINE_CACHE to a writable directory") from e
     try:
         build(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is readable like any

@@ -23,6 +23,10 @@ from aioengine.server.app import ServerSettings, create_app
 logger = logging.getLogger("aioengine.serve")
 
 
+class BindError(Exception):
+    """The listening socket could not be opened (a port taken, an address not ours)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m aioengine.serve",
@@ -75,7 +79,10 @@ async def serve(config: EngineConfig, settings: ServerSettings, host: str, port:
             await runner.setup()
             try:
                 site = web.TCPSite(runner, host, port)
-                await site.start()
+                try:
+                    await site.start()
+                except OSError as e:  # only this one: others are not about the address
+                    raise BindError(f"cannot serve on {host}:{port}: {e}") from e
                 bound = runner.addresses[0]
                 logger.info("aioengine server listening on http://%s:%d (model %r)",
                             bound[0], bound[1], settings.model_name or config.model)
@@ -110,11 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(serve(config, settings, args.host, args.port, args.grace_period))
     except asyncio.CancelledError:
         logger.info("stopped by a signal before the start-up or the shutdown completed")
-    except EngineStartupError as e:
+    except (EngineStartupError, OSError) as e:  # OSError: e.g. an unwritable model cache
         logger.error("the engine failed to start: %s", e)
         return 1
-    except OSError as e:  # e.g. the port is taken
-        logger.error("cannot serve on %s:%s: %s", args.host, args.port, e)
+    except BindError as e:
+        logger.error("%s", e)
         return 1
     return 0
 

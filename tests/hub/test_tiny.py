@@ -18,6 +18,15 @@ from aioengine.hub.tiny import write_tiny
 from tests.hub.hub_child import resolve_tiny
 
 
+def test_an_unwritable_cache_names_the_setting_to_change(tmp_path, monkeypatch):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    monkeypatch.setenv("AIOENGINE_CACHE", str(not_a_dir))
+    with pytest.raises(OSError, match="cannot write the built-in model 'tiny-v.*' under "
+                       f"{not_a_dir}/models .*set AIOENGINE_CACHE to a writable directory"):
+        resolve_model("tiny")
+
+
 def test_concurrent_first_use_writes_one_complete_copy(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("AIOENGINE_CACHE", str(cache))  # inherited by the spawned children

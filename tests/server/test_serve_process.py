@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import subprocess
 import sys
 
@@ -29,6 +31,27 @@ def test_bad_engine_flag_is_a_usage_error():
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "max_num_seqs must be a positive integer, got 0" in r.stderr
+
+
+def test_start_up_failures_exit_1_with_their_own_cause(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    env = {**os.environ, "AIOENGINE_CACHE": str(not_a_dir)}
+    r = subprocess.run([sys.executable, "-m", "aioengine.serve", "--port", "0"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "the engine failed to start" in r.stderr and "AIOENGINE_CACHE" in r.stderr, r.stderr
+    assert "cannot serve on" not in r.stderr, r.stderr  # not blamed on the address
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "aioengine.serve", "--port", str(port),
+                            "--max-model-len", "256", "--num-kv-blocks", "64"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1, r.stderr
+    assert f"cannot serve on 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert "address already in use" in r.stderr, r.stderr
 
 
 async def test_openai_client_then_sigterm_mid_stream():
