@@ -18,6 +18,9 @@ def sampling_params(req: SamplingFields, *, max_tokens: int,
                     logprobs: int | None) -> SamplingParams:
     """Build and validate; a ``ValueError`` from ``SamplingParams`` becomes a 400 naming the
     field (e.g. ``min_tokens`` larger than ``max_tokens``)."""
+    if req.stream_options is not None and not req.stream:
+        raise ApiError(400, "stream_options is only allowed when stream is true",
+                       param="stream_options", code="invalid_parameter")
     chosen = {name: value for name in _PASSTHROUGH
               if (value := getattr(req, name)) is not None}
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
