@@ -4,16 +4,20 @@ Started by the client through a ``Supervisor`` with the target
 ``"aioengine.engine.core_proc:make_engine_target"`` and ``EngineLaunch`` msgpack bytes, so the
 host never imports torch (this module imports it only through the core, in ``init``).
 
-Threads: an input thread decodes ``ClientMessage`` frames into a queue, an output thread encodes
-``EngineMessage`` objects out of another; the busy loop only sees the queues. It blocks on the
+Threads: an input thread decodes ``ClientMessage`` frames into a queue, an output thread sends
+``EngineMessage`` frames out of another; the busy loop only sees the queues. It blocks on the
 input queue while idle, drains it between steps and queues one ``StepOutputs`` per step that
-produced something; the output thread merges the ``StepOutputs`` that piled up while it was
-behind into one frame. A fatal error fails every request, sends ``EngineFailure`` (best effort)
-and leaves through ERROR.
+produced something, already encoded; the output thread merges the ``StepOutputs`` that piled up
+while it was behind into one frame. A fatal error fails every request, sends ``EngineFailure``
+(best effort) and leaves through ERROR.
 
-Both queues are ``queue.SimpleQueue`` (C, one lock, no Python-level condition): with the model
-in this process (uniproc), every Python instruction the I/O threads run holds the GIL the model
-loop needs, so each hand-off must cost as few GIL round trips as possible.
+With the model in this process (uniproc), every Python instruction the I/O threads run holds the
+GIL the model loop needs, and each time they take the GIL back they wait for the loop to let go
+of it (a futex wake-up on both sides). So the I/O threads do as little Python as they can: the
+loop encodes its messages itself (a few us for a step's frame) and the output thread's burst is
+just the transport's send; the input thread sleeps in a recv without timeout (``close()`` wakes
+it) instead of waking on a timeout. Both queues are ``queue.SimpleQueue`` (C, one lock,
+no Python-level condition): one wake-up per hand-off.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ TARGET = "aioengine.engine.core_proc:make_engine_target"
 IDLE_WAIT = 0.1  # seconds an idle loop blocks on the input queue before looking at shutdown
 UTILITIES = ("get_stats", "reset_prefix_cache", "ping")
 
+Frame = tuple[EngineMessage, bytes]
+"""A message for the output thread and its encoding (the loop encodes: see the module doc)."""
+
 
 class EngineLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What the engine process needs; crosses spawn as msgpack."""
@@ -90,11 +97,11 @@ class EngineProc(BusyLoopTarget):
         self.config = EngineConfig.from_msgpack(launch.config)
         self.core: Any = None  # EngineCore, built in init (it imports torch)
         self._in_q: queue.SimpleQueue[ClientMessage | _Rejected] = queue.SimpleQueue()
-        self._out_q: queue.SimpleQueue[EngineMessage | None] = queue.SimpleQueue()
+        self._out_q: queue.SimpleQueue[Frame | None] = queue.SimpleQueue()
+        self._encoder = msgspec.msgpack.Encoder()  # the loop's; the output thread has its own
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
         self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
 
     # ---- lifecycle -------------------------------------------------------------------------
     def init(self, ctx: LoopContext) -> dict[str, Any]:
@@ -131,16 +138,19 @@ class EngineProc(BusyLoopTarget):
             return
         deltas = self._guard(core.step)
         if deltas:
-            self._out_q.put(StepOutputs(deltas, time.time()))
+            self._emit(StepOutputs(deltas, time.time()))
+
+    def _emit(self, msg: EngineMessage) -> None:
+        self._out_q.put((msg, self._encoder.encode(msg)))
 
     def cleanup(self) -> None:
-        self._stop.set()
         self._out_q.put(None)
+        if self._reader is not None:
+            self._reader.close()  # wakes the input thread's recv with ChannelClosedError
         for thread in self._threads:
             thread.join(timeout=5.0)
-        for endpoint in (self._reader, self._writer):
-            if endpoint is not None:
-                endpoint.close()
+        if self._writer is not None:
+            self._writer.close()
         if self.core is not None:
             self.core.shutdown()
 
@@ -154,7 +164,15 @@ class EngineProc(BusyLoopTarget):
         elif isinstance(msg, _Rejected):
             core.reject(msg.request_id, msg.error)
         else:
-            self._out_q.put(self._utility(msg))
+            result = self._utility(msg)
+            try:
+                frame = self._encoder.encode(result)
+            except (TypeError, msgspec.EncodeError) as exc:  # a result msgpack cannot carry
+                logger.error("utility %s returned an unencodable result: %s", msg.method, exc)
+                result = UtilityResult(msg.call_id, error=f"utility {msg.method!r} returned "
+                                                          f"an unencodable result: {exc}")
+                frame = self._encoder.encode(result)
+            self._out_q.put((result, frame))
 
     def _utility(self, call: UtilityCall) -> UtilityResult:
         try:
@@ -183,14 +201,14 @@ class EngineProc(BusyLoopTarget):
         once), then fail every request, then let the output thread flush (bounded)."""
         message = f"engine failed: {type(exc).__name__}: {exc}"
         logger.error(message)
-        self._out_q.put(EngineFailure(message, "".join(traceback.format_exception(exc))))
+        self._emit(EngineFailure(message, "".join(traceback.format_exception(exc))))
         try:
             deltas = self.core.fail_all(message)
         except Exception:
             logger.exception("could not fail the open requests")
             deltas = []
         if deltas:
-            self._out_q.put(StepOutputs(deltas, time.time()))
+            self._emit(StepOutputs(deltas, time.time()))
         self._out_q.put(None)
         for thread in self._threads:
             if thread.name == "engine-output":
@@ -201,11 +219,9 @@ class EngineProc(BusyLoopTarget):
         decoder = msgspec.msgpack.Decoder(ClientMessage)
         reader = self._reader
         assert reader is not None
-        while not self._stop.is_set():
+        while True:
             try:
-                frame = reader.recv(timeout=IDLE_WAIT)
-            except TimeoutError:
-                continue
+                frame = reader.recv()  # no timeout: cleanup's close() ends the wait
             except PeerClosedError:
                 ctx.request_shutdown("the client closed the request channel")
                 return
@@ -227,19 +243,22 @@ class EngineProc(BusyLoopTarget):
                              len(frame.header), exc)
 
     def _output_loop(self, ctx: LoopContext) -> None:
-        encoder = msgspec.msgpack.Encoder()
+        encoder = msgspec.msgpack.Encoder()  # only for merged frames
         writer = self._writer
         out_q = self._out_q
-        held: list[EngineMessage | None] = []  # taken from the queue by a merge, sent next
+        held: list[Frame | None] = []  # taken from the queue by a merge, sent next
         assert writer is not None
         while True:
-            msg = held.pop() if held else out_q.get()
-            if msg is None:
+            item = held.pop() if held else out_q.get()
+            if item is None:
                 return
-            if isinstance(msg, StepOutputs):
-                msg = _merge_pending(msg, out_q, held)
+            msg, data = item
+            if isinstance(msg, StepOutputs) and not out_q.empty():
+                merged = _merge_pending(msg, out_q, held)
+                if merged is not msg:
+                    data = encoder.encode(merged)
             try:
-                writer.send(encoder.encode(msg))
+                writer.send(data)
             except (PeerClosedError, ChannelClosedError):
                 ctx.request_shutdown("the client closed the output channel")
                 return
@@ -249,8 +268,8 @@ class EngineProc(BusyLoopTarget):
                 return
 
 
-def _merge_pending(first: StepOutputs, out_q: queue.SimpleQueue[EngineMessage | None],
-                   held: list[EngineMessage | None]) -> StepOutputs:
+def _merge_pending(first: StepOutputs, out_q: queue.SimpleQueue[Frame | None],
+                   held: list[Frame | None]) -> StepOutputs:
     """``first`` plus the ``StepOutputs`` queued right behind it, as one message: the client
     applies a frame's deltas in order, so steps merged this way read exactly as if sent one by
     one -- but cost one frame and one wake-up of the host. The first message of another kind
@@ -260,10 +279,11 @@ def _merge_pending(first: StepOutputs, out_q: queue.SimpleQueue[EngineMessage | 
     outputs = list(first.outputs)
     timestamp = first.timestamp
     while not out_q.empty():
-        nxt = out_q.get_nowait()
-        if not isinstance(nxt, StepOutputs):
-            held.append(nxt)
+        item = out_q.get_nowait()
+        if item is None or not isinstance(item[0], StepOutputs):
+            held.append(item)
             break
+        nxt = item[0]
         outputs += nxt.outputs
         timestamp = nxt.timestamp
     return StepOutputs(outputs, timestamp)

@@ -3,12 +3,19 @@ keeping every other message (utility results, failure, the shutdown sentinel) in
 
 import queue
 
+import msgspec
+
 from aioengine.engine.core_proc import _merge_pending
 from aioengine.messages.engine_io import EngineFailure, RequestDelta, StepOutputs, UtilityResult
 
 
 def _step(rid: str, token: int, t: float) -> StepOutputs:
     return StepOutputs([RequestDelta(rid, [token])], t)
+
+
+def _frame(msg):
+    """What the busy loop queues: the message and its encoding (None stays the sentinel)."""
+    return None if msg is None else (msg, msgspec.msgpack.encode(msg))
 
 
 def test_nothing_pending_sends_the_message_as_is():
@@ -22,7 +29,7 @@ def test_steps_behind_merge_in_order_with_the_latest_timestamp():
     q: queue.SimpleQueue = queue.SimpleQueue()
     for msg in (_step("a", 2, 2.0), StepOutputs([RequestDelta("b", [7]),
                                                  RequestDelta("a", [3])], 3.0)):
-        q.put(msg)
+        q.put(_frame(msg))
     held: list = []
     merged = _merge_pending(_step("a", 1, 1.0), q, held)
     assert [(d.request_id, d.new_token_ids) for d in merged.outputs] == [
@@ -34,18 +41,18 @@ def test_a_message_of_another_kind_ends_the_merge_and_keeps_its_place():
     q: queue.SimpleQueue = queue.SimpleQueue()
     result, failure = UtilityResult(5, "pong"), EngineFailure("boom")
     for msg in (_step("a", 2, 2.0), result, _step("a", 3, 3.0), failure, None):
-        q.put(msg)
+        q.put(_frame(msg))
     held: list = []
     merged = _merge_pending(_step("a", 1, 1.0), q, held)
     assert [d.new_token_ids for d in merged.outputs] == [[1], [2]]
-    assert held == [result]
+    assert held == [_frame(result)]
     # What stays queued comes after the held message, in the order it was queued.
-    assert [q.get_nowait() for _ in range(3)][1:] == [failure, None]
+    assert [q.get_nowait() for _ in range(3)][1:] == [_frame(failure), None]
 
 
 def test_the_shutdown_sentinel_is_held_not_dropped():
     q: queue.SimpleQueue = queue.SimpleQueue()
-    q.put(_step("a", 2, 2.0))
+    q.put(_frame(_step("a", 2, 2.0)))
     q.put(None)
     held: list = []
     merged = _merge_pending(_step("a", 1, 1.0), q, held)
