@@ -11,6 +11,7 @@ import stat
 import pytest
 
 import transports as T
+from tests.transports.conftest import run
 
 
 def _path(url: str) -> str:
@@ -177,6 +178,42 @@ def test_uds_broadcast_refuses_a_bad_rank_with_the_reason() -> None:
         for e in (w, good, bad, late):
             if e is not None:
                 e.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_uds_refused_writer_is_told_the_binders_reason(mode: str) -> None:
+    """A writer connecting where a writer is bound is refused; both flavours report the
+    binder's reason (not just "gone") on their next send, and stay broken after it."""
+    binder = T.open_writer("uds")
+    expected = "refused the connection: a writer connected, but this endpoint expects a reader"
+
+    def refuse() -> None:
+        with pytest.raises(TimeoutError):  # accepts (and refuses) ours; no reader ever comes
+            binder.send(b"x", timeout=0.5)
+
+    try:
+        if mode == "sync":
+            w = T.open_writer(binder.address, bind=False)
+            try:
+                refuse()
+                for _ in range(2):
+                    with pytest.raises(T.PeerClosedError, match=expected):
+                        w.send(b"y", timeout=5)
+            finally:
+                w.close()
+        else:
+            async def body() -> None:
+                aw = await T.open_async_writer(binder.address, bind=False)
+                try:
+                    refuse()
+                    for _ in range(2):
+                        with pytest.raises(T.PeerClosedError, match=expected):
+                            await aw.send(b"y", timeout=5)
+                finally:
+                    aw.close()
+            run(body())
+    finally:
+        binder.close()
 
 
 def test_zmq_broadcast_reports_a_bad_rank() -> None:

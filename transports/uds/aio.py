@@ -13,15 +13,16 @@ import socket
 from collections.abc import Sequence
 
 from transports._buffers import message_views
+from transports._checks import check_args, check_num_readers, check_rank
 from transports._deadline import Deadline, check_timeout
 from transports._paths import FileCleanup
 from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
 from transports.errors import AddressError, ChannelClosedError, PeerClosedError, TransportError
 from transports.uds import address as A
+from transports.uds import stream as S
 from transports.uds.framing import MalformedStreamError, frame_parts
 from transports.uds.outbound import Outbound
 from transports.uds.peers import HELLO_TIMEOUT, AcceptSpec, Peer, frame_bytes
-from transports.uds.sync import _GONE, LINGER, _check_args, check_num_readers, check_rank
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class _AsyncBase(Endpoint):
         self._listener: socket.socket | None = None
         self._cleanup: FileCleanup | None = None
         self._accept_task: asyncio.Task[None] | None = None
+        self._spec: AcceptSpec | None = None
         self._connect_deadline: Deadline | None = None
 
     @property
@@ -66,8 +68,8 @@ class _AsyncBase(Endpoint):
                 A.set_sndbuf(sock, spec.sndbuf)
             peer = Peer(sock)
             try:
-                hello = await self._read_frame(peer, Deadline(HELLO_TIMEOUT))
-            except PeerClosedError:
+                hello = await self._read_frame(peer, Deadline(HELLO_TIMEOUT), fatal=False)
+            except (PeerClosedError, MalformedStreamError):
                 hello = None
             if hello is None:
                 log.warning("a connection to %s sent no hello; dropped", self.address)
@@ -95,14 +97,9 @@ class _AsyncBase(Endpoint):
             task.add_done_callback(lambda _t: _wake(fut))
             await self._wait_future(fut, wait)
             if not task.done():
-                role = A.ROLE_NAMES[self._spec.role]
-                n, total = len(self._peers), self._spec.count
-                if self._connect_deadline.expired():
-                    raise TimeoutError(f"only {n} of {total} {role}(s) connected to "
-                                       f"{self.address} within {self._connect_timeout} s "
-                                       "(connect_timeout)")
-                raise TimeoutError(f"timed out waiting for {role}(s) to connect to "
-                                   f"{self.address} ({n} of {total} so far)")
+                assert self._spec is not None
+                raise S.accept_timeout(self._spec, self.address, len(self._peers),
+                                       self._connect_deadline.expired(), self._connect_timeout)
         if task.cancelled():
             raise ChannelClosedError(f"endpoint {self.address} is closed")
         exc = task.exception()
@@ -141,35 +138,20 @@ class _AsyncBase(Endpoint):
                 for fd in fds:
                     remove(fd)
 
-    async def _read_frame(self, peer: Peer, deadline: Deadline) -> Message | None:
+    async def _read_frame(self, peer: Peer, deadline: Deadline,
+                          fatal: bool = True) -> Message | None:
+        """The next frame from ``peer``; None on timeout; PeerClosedError at EOF (which, like a
+        malformed stream, breaks the endpoint when ``fatal``)."""
         while True:
             try:
-                msg = peer.reader.next_message()
-            except MalformedStreamError as e:
-                self._broken = e
+                msg = S.read_step(peer, self.address)
+            except (PeerClosedError, MalformedStreamError) as e:
+                if fatal:
+                    self._broken = e
                 raise
-            if msg is not None:
+            if msg is not None or deadline.expired():
                 return msg
-            if peer.eof:
-                mid = " in the middle of a message" if peer.reader.has_partial() else ""
-                self._broken = PeerClosedError(
-                    f"the peer of {self.address} closed the connection{mid}")
-                raise self._broken
-            try:
-                n = peer.sock.recv_into(peer.reader.read_target())
-            except BlockingIOError:
-                if deadline.expired():
-                    return None
-                await self._wait_fds([peer.sock.fileno()], False, deadline)
-                continue
-            except OSError as e:
-                if e.errno not in _GONE:
-                    raise
-                n = 0
-            if n == 0:
-                peer.eof = True
-            else:
-                peer.reader.commit(n)
+            await self._wait_fds([peer.sock.fileno()], False, deadline)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -227,31 +209,19 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
             await self._join_flusher(deadline)
             await self._write([(p, Outbound(parts)) for p in self._peers], deadline, stash=True)
 
-    async def _write(self, outs: list[tuple[Peer, Outbound]], deadline: Deadline,
-                     stash: bool) -> None:
+    async def _write(self, outs: S.Pending, deadline: Deadline, stash: bool) -> None:
         pending = outs
         while True:
-            still = []
-            for peer, out in pending:
-                try:
-                    done = out.send_some(peer.sock)
-                except BlockingIOError:
-                    done = False
-                except OSError as e:
-                    if e.errno not in _GONE:
-                        raise
-                    who = f"reader rank {peer.rank}" if peer.rank >= 0 else "peer"
-                    self._broken = PeerClosedError(
-                        f"the {who} of {self.address} is gone ({e.strerror or e})")
-                    raise self._broken from e
-                if not done:
-                    still.append((peer, out))
-            pending = still
+            try:
+                pending = S.write_pass(pending, self.address, connected=self._spec is None)
+            except PeerClosedError as e:
+                self._broken = e
+                raise
             if not pending:
                 return
             if deadline.expired():
                 if not any(out.started for _, out in outs):
-                    raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
+                    raise S.full_error(self.address)
                 if stash:
                     self._start_flusher(pending)
                     return
@@ -265,13 +235,13 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
                     self._start_flusher(pending)
                 raise
 
-    def _start_flusher(self, pending: list[tuple[Peer, Outbound]]) -> None:
+    def _start_flusher(self, pending: S.Pending) -> None:
         for _, out in pending:
             out.detach()
         self._flusher = self._loop.create_task(self._flush(pending))
         self._flusher.add_done_callback(_retrieve)
 
-    async def _flush(self, pending: list[tuple[Peer, Outbound]]) -> None:
+    async def _flush(self, pending: S.Pending) -> None:
         try:
             await self._write(pending, Deadline(None), stash=False)
         finally:
@@ -287,7 +257,7 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
             flusher.add_done_callback(lambda _t: _wake(fut))
             await self._wait_future(fut, deadline)
             if not flusher.done():
-                raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
+                raise S.full_error(self.address)
         self._flusher = None
         exc = None if flusher.cancelled() else flusher.exception()
         if exc is not None:
@@ -298,7 +268,7 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
         if flusher is None or flusher.done():
             return False
         # Like zmq's linger: the accepted message gets LINGER seconds to finish, then we cut it.
-        self._loop.call_later(LINGER, flusher.cancel)
+        self._loop.call_later(S.LINGER, flusher.cancel)
         return True
 
 
@@ -319,10 +289,11 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
                 if self._greeted:
                     return msg
-                reason = A.refusal(bytes(msg.header))
-                if reason is not None:
-                    self._broken = AddressError(f"{self.address} refused this reader: {reason}")
-                    raise self._broken
+                try:
+                    S.check_greeting(msg, self.address)
+                except AddressError as e:
+                    self._broken = e
+                    raise
                 self._greeted = True
 
 
@@ -339,7 +310,7 @@ async def _connected(endpoint: _AsyncBase, role: int, rank: int, capacity: int |
 
 async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> UdsAsyncWriter:
-    _check_args(capacity, connect_timeout)
+    check_args(capacity, connect_timeout)
     w = UdsAsyncWriter(A.parse(address, binding=bind), connect_timeout)
     if bind:
         w._bind(AcceptSpec(w.address, A.READER, 1, None, capacity))
@@ -350,7 +321,7 @@ async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
 
 async def open_async_reader(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> UdsAsyncReader:
-    _check_args(capacity, connect_timeout)
+    check_args(capacity, connect_timeout)
     r = UdsAsyncReader(A.parse(address, binding=bind), connect_timeout)
     if bind:
         r._bind(AcceptSpec(r.address, A.WRITER, 1, None))
@@ -362,7 +333,7 @@ async def open_async_reader(address: str | None, *, bind: bool, capacity: int,
 
 async def open_async_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
                                       connect_timeout: float) -> UdsAsyncWriter:
-    _check_args(capacity, connect_timeout)
+    check_args(capacity, connect_timeout)
     check_num_readers(num_readers)
     w = UdsAsyncWriter(A.parse(address, binding=True), connect_timeout)
     w._bind(AcceptSpec(w.address, A.READER, num_readers, num_readers, capacity))

@@ -3,7 +3,6 @@ wake-up fd, so ``close()`` from another thread interrupts any wait at once."""
 
 from __future__ import annotations
 
-import errno
 import logging
 import select
 import socket
@@ -11,21 +10,21 @@ import threading
 from collections.abc import Sequence
 
 from transports._buffers import message_views
+from transports._checks import check_args, check_num_readers, check_rank
 from transports._deadline import Deadline, check_timeout
 from transports._paths import FileCleanup
 from transports._wakeup import Wakeup
 from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
 from transports.errors import AddressError, ChannelClosedError, PeerClosedError, TransportError
 from transports.uds import address as A
+from transports.uds import stream as S
 from transports.uds.framing import MalformedStreamError, frame_parts
 from transports.uds.outbound import Outbound
 from transports.uds.peers import HELLO_TIMEOUT, AcceptSpec, Peer, frame_bytes
 
 log = logging.getLogger(__name__)
 
-LINGER = 1.0  # close() lets an accepted, half-written message finish for this long
 _IN, _OUT = select.POLLIN, select.POLLOUT
-_GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN)
 
 
 class _Base(Endpoint):
@@ -83,7 +82,10 @@ class _Base(Endpoint):
         if spec.sndbuf is not None:
             A.set_sndbuf(sock, spec.sndbuf)
         peer = Peer(sock)
-        hello = self._read_frame(peer, Deadline(HELLO_TIMEOUT))
+        try:
+            hello = self._read_frame(peer, Deadline(HELLO_TIMEOUT), fatal=False)
+        except (PeerClosedError, MalformedStreamError):
+            hello = None
         if hello is None:
             log.warning("a connection to %s sent no hello; dropped", self.address)
             sock.close()
@@ -95,13 +97,8 @@ class _Base(Endpoint):
 
     def _accept_timeout(self, spec: AcceptSpec) -> TimeoutError:
         assert self._connect_deadline is not None
-        role = A.ROLE_NAMES[spec.role]
-        if self._connect_deadline.expired():
-            return TimeoutError(
-                f"only {len(self._peers)} of {spec.count} {role}(s) connected to {self.address} "
-                f"within {self._connect_timeout} s (connect_timeout)")
-        return TimeoutError(f"timed out waiting for {role}(s) to connect to {self.address} "
-                            f"({len(self._peers)} of {spec.count} so far)")
+        return S.accept_timeout(spec, self.address, len(self._peers),
+                                self._connect_deadline.expired(), self._connect_timeout)
 
     # ---- waiting -----------------------------------------------------------------------------
     def _poll(self, fds: list[tuple[int, int]], deadline: Deadline) -> list[tuple[int, int]]:
@@ -114,39 +111,19 @@ class _Base(Endpoint):
             raise ChannelClosedError(f"endpoint {self.address} was closed")
         return events
 
-    def _read_frame(self, peer: Peer, deadline: Deadline) -> Message | None:
-        """The next frame from ``peer``; None on timeout; PeerClosedError at EOF."""
+    def _read_frame(self, peer: Peer, deadline: Deadline, fatal: bool = True) -> Message | None:
+        """The next frame from ``peer``; None on timeout; PeerClosedError at EOF (which, like a
+        malformed stream, breaks the endpoint when ``fatal``)."""
         while True:
             try:
-                msg = peer.reader.next_message()
-            except MalformedStreamError as e:
-                self._broken = e
+                msg = S.read_step(peer, self.address)
+            except (PeerClosedError, MalformedStreamError) as e:
+                if fatal:
+                    self._broken = e
                 raise
-            if msg is not None:
+            if msg is not None or deadline.expired():
                 return msg
-            if peer.eof:
-                raise self._eof_error(peer)
-            try:
-                n = peer.sock.recv_into(peer.reader.read_target())
-            except BlockingIOError:
-                if deadline.expired():
-                    return None
-                self._poll([(peer.sock.fileno(), _IN)], deadline)
-                continue
-            except OSError as e:
-                if e.errno not in _GONE:
-                    raise
-                n = 0
-            if n == 0:
-                peer.eof = True
-            else:
-                peer.reader.commit(n)
-
-    def _eof_error(self, peer: Peer) -> PeerClosedError:
-        mid = " in the middle of a message" if peer.reader.has_partial() else ""
-        err = PeerClosedError(f"the peer of {self.address} closed the connection{mid}")
-        self._broken = err
-        return err
+            self._poll([(peer.sock.fileno(), _IN)], deadline)
 
     def _check_open(self) -> None:
         if self._closing or self._closed:
@@ -199,28 +176,19 @@ class UdsSyncWriter(_Base, SyncWriter):
             outs = [(peer, Outbound(parts)) for peer in self._peers]
             self._write(outs, deadline, stash_on_timeout=True)
 
-    def _write(self, outs: list[tuple[Peer, Outbound]], deadline: Deadline,
-               stash_on_timeout: bool) -> None:
+    def _write(self, outs: S.Pending, deadline: Deadline, stash_on_timeout: bool) -> None:
         pending = outs
         while True:
-            still = []
-            for peer, out in pending:
-                try:
-                    done = out.send_some(peer.sock)
-                except BlockingIOError:
-                    done = False
-                except OSError as e:
-                    if e.errno not in _GONE:
-                        raise
-                    raise self._writer_peer_gone(peer, e) from e
-                if not done:
-                    still.append((peer, out))
-            pending = still
+            try:
+                pending = S.write_pass(pending, self.address, connected=self._accept is None)
+            except PeerClosedError as e:
+                self._broken = e
+                raise
             if not pending:
                 return
             if deadline.expired():
                 if not any(out.started for _, out in outs):
-                    raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
+                    raise S.full_error(self.address)
                 if stash_on_timeout:
                     # Half of the frame is on the wire: it must complete, or the stream breaks.
                     # Finish it in the background from a copy; the next send waits for that.
@@ -228,33 +196,14 @@ class UdsSyncWriter(_Base, SyncWriter):
                     return
             self._poll([(peer.sock.fileno(), _OUT) for peer, _ in pending], deadline)
 
-    def _writer_peer_gone(self, peer: Peer, cause: OSError) -> PeerClosedError:
-        reason = self._refusal(peer)
-        who = f"reader rank {peer.rank}" if peer.rank >= 0 else "reader"
-        text = (f"the {who} of {self.address} refused the connection: {reason}" if reason
-                else f"the {who} of {self.address} is gone ({cause.strerror or cause})")
-        err = PeerClosedError(text)
-        self._broken = err
-        return err
-
-    def _refusal(self, peer: Peer) -> str | None:
-        """A connecting writer may have been refused: the binder's reply says why."""
-        if self._accept is not None:
-            return None
-        try:
-            msg = self._read_frame(peer, Deadline(0))
-        except TransportError:
-            return None
-        return None if msg is None else A.refusal(bytes(msg.header))
-
-    def _start_flusher(self, pending: list[tuple[Peer, Outbound]]) -> None:
+    def _start_flusher(self, pending: S.Pending) -> None:
         for _, out in pending:
             out.detach()
         self._flusher = threading.Thread(target=self._flush, args=(pending,), daemon=True,
                                          name="aiot-uds-flush")
         self._flusher.start()
 
-    def _flush(self, pending: list[tuple[Peer, Outbound]]) -> None:
+    def _flush(self, pending: S.Pending) -> None:
         try:
             self._write(pending, Deadline(None), stash_on_timeout=False)
         except ChannelClosedError:
@@ -267,7 +216,7 @@ class UdsSyncWriter(_Base, SyncWriter):
             return
         self._flusher.join(deadline.remaining())
         if self._flusher.is_alive():
-            raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
+            raise S.full_error(self.address)
         self._flusher = None
         if self._flush_error is not None:
             raise self._flush_error
@@ -275,7 +224,7 @@ class UdsSyncWriter(_Base, SyncWriter):
     def _before_close(self) -> None:
         flusher = self._flusher
         if flusher is not None and flusher is not threading.current_thread():
-            flusher.join(LINGER)
+            flusher.join(S.LINGER)
 
     def _after_close(self) -> None:
         if self._flusher is not None:
@@ -299,10 +248,11 @@ class UdsSyncReader(_Base, SyncReader):
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
                 if self._greeted:
                     return msg
-                reason = A.refusal(bytes(msg.header))
-                if reason is not None:
-                    self._broken = AddressError(f"{self.address} refused this reader: {reason}")
-                    raise self._broken
+                try:
+                    S.check_greeting(msg, self.address)
+                except AddressError as e:
+                    self._broken = e
+                    raise
                 self._greeted = True
 
 
@@ -317,7 +267,7 @@ def _connected(endpoint: _Base, role: int, rank: int, capacity: int | None) -> N
 
 def open_writer(address: str | None, *, bind: bool, capacity: int,
                 connect_timeout: float) -> UdsSyncWriter:
-    _check_args(capacity, connect_timeout)
+    check_args(capacity, connect_timeout)
     w = UdsSyncWriter(A.parse(address, binding=bind), connect_timeout)
     if bind:
         w._bind(AcceptSpec(w.address, A.READER, 1, None, capacity))
@@ -328,7 +278,7 @@ def open_writer(address: str | None, *, bind: bool, capacity: int,
 
 def open_reader(address: str | None, *, bind: bool, capacity: int,
                 connect_timeout: float) -> UdsSyncReader:
-    _check_args(capacity, connect_timeout)
+    check_args(capacity, connect_timeout)
     r = UdsSyncReader(A.parse(address, binding=bind), connect_timeout)
     if bind:
         r._bind(AcceptSpec(r.address, A.WRITER, 1, None))
@@ -340,7 +290,7 @@ def open_reader(address: str | None, *, bind: bool, capacity: int,
 
 def open_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
                           connect_timeout: float) -> UdsSyncWriter:
-    _check_args(capacity, connect_timeout)
+    check_args(capacity, connect_timeout)
     check_num_readers(num_readers)
     w = UdsSyncWriter(A.parse(address, binding=True), connect_timeout)
     w._bind(AcceptSpec(w.address, A.READER, num_readers, num_readers, capacity))
@@ -355,19 +305,3 @@ def open_broadcast_reader(address: str | None, rank: int, *,
     r._greeted = False
     _connected(r, A.READER, rank, None)
     return r
-
-
-def _check_args(capacity: int, connect_timeout: float) -> None:
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-        raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
-    check_timeout(connect_timeout, "connect_timeout")
-
-
-def check_num_readers(num_readers: int) -> None:
-    if isinstance(num_readers, bool) or not isinstance(num_readers, int) or num_readers < 1:
-        raise ValueError(f"num_readers must be a positive int, got {num_readers!r}")
-
-
-def check_rank(rank: int) -> None:
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
