@@ -18,6 +18,7 @@ from aioengine.client.async_client import AsyncMPClient
 from aioengine.client.chat_template import ChatMessage
 from aioengine.client.inputs import Prompt
 from aioengine.client.outputs import RequestOutput
+from aioengine.client.portal_call import call_interruptibly
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import EngineStats
@@ -47,7 +48,7 @@ class SyncMPClient:
         self._lock = threading.Lock()
         self._closed = False
         try:
-            self._portal.call(self._client.start)
+            self._run(self._client.start)
         except BaseException:
             self._portal.call(self._client.shutdown)
             self._portal_cm.__exit__(None, None, None)
@@ -93,7 +94,7 @@ class SyncMPClient:
                      on_finished: Callable[[], None] | None = None) -> list[RequestOutput]:
         """Run prepared requests concurrently; final outputs in input order. If one fails (the
         engine died), the others are cancelled, which aborts them."""
-        return self._portal.call(self._generate_all, list(requests), on_finished)
+        return self._run(self._generate_all, list(requests), on_finished)
 
     async def _generate_all(self, requests: list[tuple[list[int], SamplingParams]],
                             on_finished: Callable[[], None] | None) -> list[RequestOutput]:
@@ -120,7 +121,7 @@ class SyncMPClient:
         try:
             while True:
                 try:
-                    yield self._portal.call(agen.__anext__)
+                    yield self._run(agen.__anext__)
                 except StopAsyncIteration:
                     return
         finally:
@@ -129,19 +130,23 @@ class SyncMPClient:
     def call_async(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``await fn(*args)`` on the client's event loop and return its result (for code
         that wants the async API, e.g. ``lambda: client.async_client.get_stats()``)."""
-        return self._portal.call(fn, *args)
+        return self._run(fn, *args)
 
     def abort(self, request_id: str) -> None:
         """Abort a running request; unknown or finished ids are ignored."""
-        self._portal.call(self._client.abort, request_id)
+        self._run(self._client.abort, request_id)
 
     def get_stats(self) -> EngineStats:
         """A snapshot of the engine's scheduler and KV cache."""
-        return self._portal.call(self._client.get_stats)
+        return self._run(self._client.get_stats)
 
     def check_health(self) -> None:
         """Raise ``EngineDeadError`` unless the engine answers a ping."""
-        self._portal.call(self._client.check_health)
+        self._run(self._client.check_health)
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        # Ctrl-C here cancels the task on the loop (aborting its requests) before propagating.
+        return call_interruptibly(self._portal, fn, *args)
 
     def shutdown(self) -> None:
         """Stop the engine and the background loop. Idempotent."""
