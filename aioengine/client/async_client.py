@@ -28,6 +28,7 @@ from aioengine.client.inputs import (
     prompt_token_ids,
 )
 from aioengine.client.launch import EngineProcess, launch_engine
+from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
 from aioengine.client.tokenizer import Tokenizer
@@ -45,7 +46,7 @@ from aioengine.messages.engine_io import (
 )
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
-from transports.errors import ChannelClosedError, PeerClosedError, TransportError
+from transports.errors import TransportError
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,14 @@ class _Stream:
 
 class AsyncMPClient:
     """Embeds an engine in the running event loop. Use ``async with``, or ``await start()`` and
-    ``await shutdown()``; a forgotten client is cleaned up by a ``weakref.finalize``.
+    ``await shutdown()``. A client that is dropped without ``shutdown()`` stops its engine when
+    it is garbage-collected (its output task holds it only weakly; an open stream keeps it
+    alive), or at the latest at interpreter exit; that stop blocks the collecting thread while
+    the processes are joined, so prefer ``shutdown()``.
+
+    A client belongs to the event loop that started it: using it from any other loop raises
+    ``RuntimeError`` (from another thread, submit to its loop with
+    ``asyncio.run_coroutine_threadsafe``, or give each loop its own client).
 
     The engine (and its workers) run in spawned child processes; this process only holds the
     client and one output task, and never imports torch. Start it under
@@ -109,11 +117,12 @@ class AsyncMPClient:
         await self.shutdown()
 
     async def start(self) -> None:
-        """Spawn the engine (and its workers) and wait for READY. Idempotent."""
-        if self._engine is not None:
-            return
+        """Spawn the engine (and its workers) and wait for READY. Idempotent while running;
+        ``RuntimeError`` after ``shutdown()`` (a client is not restartable)."""
         if self._closed:
             raise RuntimeError("this AsyncMPClient was shut down; create a new one")
+        if self._engine is not None:
+            return
         self._loop = asyncio.get_running_loop()
         self._send_lock = asyncio.Lock()
         me = weakref.ref(self)  # the supervisor's monitor thread must not keep us alive
@@ -132,12 +141,22 @@ class AsyncMPClient:
             raise
         # Runs if the owner forgets shutdown(): no child, file or segment outlives the host.
         self._finalizer = weakref.finalize(self, self._engine.close_sync)
-        self._output_task = self._loop.create_task(self._output_loop(),
-                                                   name="aioengine-output")
+        self._output_task = self._loop.create_task(
+            output_loop(weakref.ref(self), self._engine.outputs), name="aioengine-output")
 
     async def shutdown(self) -> None:
-        """Stop the engine and release every resource. Idempotent."""
+        """Stop the engine and release every resource. Idempotent. From a loop other than the
+        client's own: ``RuntimeError``, unless that loop is closed already (then the engine
+        is stopped from here)."""
         if self._closed:
+            return
+        if self._loop is not None and asyncio.get_running_loop() is not self._loop:
+            if not self._loop.is_closed():
+                self._check_loop()  # raises
+            self._closed = True  # its tasks died with their loop: only the processes remain
+            self._set_dead(EngineDeadError("the client was shut down"))
+            if self._engine is not None:
+                await asyncio.to_thread(self._finalizer)
             return
         self._closed = True
         self._set_dead(EngineDeadError("the client was shut down"))
@@ -194,6 +213,15 @@ class AsyncMPClient:
         if self._dead is not None:
             raise self._dead_error()
 
+    def _check_loop(self) -> None:
+        """The output task, events and futures all live on the loop that started the client;
+        from another loop a stream would never be woken."""
+        if asyncio.get_running_loop() is not self._loop:
+            raise RuntimeError(
+                "this AsyncMPClient is used from an event loop other than the one it was "
+                f"started on ({self._loop!r}); use it only from that loop (from another "
+                "thread: asyncio.run_coroutine_threadsafe), or give this loop its own client")
+
     def _dead_error(self) -> EngineDeadError:
         """A fresh exception per raiser, so concurrent tracebacks do not pile onto one."""
         dead = self._dead
@@ -245,6 +273,7 @@ class AsyncMPClient:
                                 ) -> AsyncIterator[RequestOutput]:
         """``generate`` for the output of ``prepare`` (batch callers check everything first)."""
         self._check_alive()
+        self._check_loop()
         rid = check_request_id(request_id, self._streams)
         priority = check_priority(priority)
         now = time.time()
@@ -283,6 +312,7 @@ class AsyncMPClient:
         """Abort a request: its stream ends with finish_reason "abort" and the engine frees its
         blocks. Unknown or finished ids are ignored."""
         self._check_alive()
+        self._check_loop()
         stream = self._streams.get(request_id)
         if stream is None or stream.state.finished:
             return
@@ -307,6 +337,7 @@ class AsyncMPClient:
 
     async def _call(self, method: str, *args: Any, timeout: float) -> Any:
         self._check_alive()
+        self._check_loop()
         assert self._loop is not None
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = self._loop.create_future()
@@ -348,34 +379,22 @@ class AsyncMPClient:
                 pass  # every stream is failing already
 
     # ---- receiving ----------------------------------------------------------------------
-    async def _output_loop(self) -> None:
-        assert self._engine is not None
-        reader = self._engine.outputs
+    def _on_frame(self, header: memoryview) -> bool:
+        """One engine message, from ``output_loop``; False when the loop must end."""
         try:
-            while True:
-                msg = await reader.recv()
-                try:
-                    decoded = self._decoder.decode(msg.header)
-                except msgspec.DecodeError as e:
-                    raise EngineDeadError(f"undecodable frame from the engine: {e}") from e
-                if isinstance(decoded, StepOutputs):
-                    self._on_outputs(decoded)
-                elif isinstance(decoded, UtilityResult):
-                    self._on_result(decoded)
-                elif isinstance(decoded, EngineFailure):
-                    detail = f"\n{decoded.traceback}" if decoded.traceback else ""
-                    self._set_dead(EngineDeadError(
-                        f"the engine failed: {decoded.message}{detail}"))
-                    return
-        except ChannelClosedError:
-            return  # closed by shutdown
-        except PeerClosedError as e:
-            self._set_dead(EngineDeadError(f"the engine closed its output channel: {e}"))
-        except EngineDeadError as e:
-            self._set_dead(e)
-        except Exception as e:
-            logger.exception("output task failed")
-            self._set_dead(EngineDeadError(f"the client's output task failed: {e!r}"))
+            decoded = self._decoder.decode(header)
+        except msgspec.DecodeError as e:
+            self._set_dead(EngineDeadError(f"undecodable frame from the engine: {e}"))
+            return False
+        if isinstance(decoded, StepOutputs):
+            self._on_outputs(decoded)
+        elif isinstance(decoded, UtilityResult):
+            self._on_result(decoded)
+        elif isinstance(decoded, EngineFailure):
+            detail = f"\n{decoded.traceback}" if decoded.traceback else ""
+            self._set_dead(EngineDeadError(f"the engine failed: {decoded.message}{detail}"))
+            return False
+        return True
 
     def _on_outputs(self, step: StepOutputs) -> None:
         now = time.time()
@@ -423,3 +442,4 @@ class AsyncMPClient:
         for fut in self._calls.values():
             if not fut.done():
                 fut.set_exception(error)
+
