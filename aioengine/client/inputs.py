@@ -12,6 +12,11 @@ from aioengine.messages.sampling_params import SamplingParams
 Prompt = str | list[int]
 
 
+class PromptTypeError(TypeError, ValueError):
+    """A prompt of the wrong type (bytes, a number, ...). A ``TypeError``, as Python raises for
+    a wrong type, and a ``ValueError``, as every other bad input here."""
+
+
 def check_params(params: SamplingParams | None, vocab_size: int) -> SamplingParams:
     if params is None:
         return SamplingParams()
@@ -38,8 +43,8 @@ def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -
                 raise ValueError(f"prompt token id at position {i} must be an integer in "
                                  f"[0, {vocab}), got {t!r}")
     else:
-        raise ValueError(f"prompt must be a string or a list of token ids, "
-                         f"got {type(prompt).__name__}")
+        raise PromptTypeError(f"prompt must be a string or a list of token ids, "
+                              f"got {type(prompt).__name__}")
     if not ids:
         raise ValueError("prompt has no tokens")
     if len(ids) > max_model_len:

@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 
 from aioengine.client.chat_template import ChatMessage
 from aioengine.client.factory import SyncClient, make_sync_client
-from aioengine.client.inputs import Prompt
+from aioengine.client.inputs import Prompt, PromptTypeError
 from aioengine.client.outputs import RequestOutput
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import EngineStats
@@ -45,7 +45,10 @@ class LLM:
     def generate(self, prompts: Prompt | Sequence[Prompt], params: ParamsArg = None,
                  use_tqdm: bool = True) -> list[RequestOutput]:
         """One final ``RequestOutput`` per prompt, in input order. A prompt is a string or a
-        list of token ids; every prompt and parameter is checked before any is sent."""
+        list of token ids (bytes are refused: ``PromptTypeError``, a ``TypeError`` and a
+        ``ValueError``); every prompt and parameter is checked before any is sent. Ctrl-C
+        (``KeyboardInterrupt``) aborts the batch's requests in the engine and propagates; the
+        ``LLM`` stays usable."""
         batch = _as_batch(prompts)
         plist = _params_list(params, len(batch))
         prepared = [self._client.prepare(p, sp) for p, sp in zip(batch, plist, strict=True)]
@@ -82,6 +85,10 @@ class LLM:
 def _as_batch(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     if isinstance(prompts, str):
         return [prompts]
+    if isinstance(prompts, (bytes, bytearray, memoryview)):
+        # A Sequence of ints to Python: it would run as token ids (b"hi" -> [104, 105]).
+        raise PromptTypeError(f"prompts must be a string or a list of token ids, got "
+                              f"{type(prompts).__name__}; decode bytes to str first")
     if isinstance(prompts, Sequence) and prompts and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompts):
         return [list(prompts)]  # type: ignore[arg-type]
