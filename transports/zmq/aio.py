@@ -12,12 +12,13 @@ from collections.abc import Sequence
 import zmq
 
 from transports._buffers import message_views
+from transports._checks import check_args, check_num_readers, check_rank
 from transports._deadline import Deadline, check_timeout
 from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
 from transports.errors import ChannelClosedError
 from transports.zmq import channel as C
 from transports.zmq.address import parse
-from transports.zmq.sync import check_args, check_num_readers, check_rank, ready_timeout
+from transports.zmq.sync import ready_timeout
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -117,9 +118,7 @@ class ZmqAsyncWriter(_AsyncBase, AsyncWriter):
                 await self._ensure_ready(deadline)
             backoff = 0.001
             while True:
-                ch.process_events()
-                ch.check_peer()
-                trackers = ch.try_send(frames)
+                trackers = ch.send_step(frames)
                 if trackers is not None:
                     break
                 if deadline.expired():
@@ -159,15 +158,9 @@ class ZmqAsyncReader(_AsyncBase, AsyncReader):
             if not ch.ready:
                 await self._ensure_ready(deadline)
             while True:
-                msg = ch.try_recv()
+                msg = ch.recv_step()
                 if msg is not None:
                     return msg
-                ch.process_events()
-                if ch.gone is not None or ch.error is not None:
-                    msg = ch.try_recv()  # what arrived before the peer left comes first
-                    if msg is not None:
-                        return msg
-                    ch.check_peer()
                 if deadline.expired():
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
                 if self._settled(zmq.POLLIN):

@@ -181,6 +181,28 @@ class Channel:
                 trackers.append(t)
         return trackers
 
+    def recv_step(self) -> Message | None:
+        """One non-blocking receive for either front: a message, or None (wait, then call
+        again). Once the peer is gone, what it sent before leaving still comes first; then
+        PeerClosedError."""
+        msg = self.try_recv()
+        if msg is not None:
+            return msg
+        self.process_events()
+        if self.gone is None and self.error is None:
+            return None
+        msg = self.try_recv()
+        if msg is None:
+            self.check_peer()
+        return msg
+
+    def send_step(self, frames: list[memoryview]) -> list[zmq.MessageTracker] | None:
+        """One non-blocking send for either front: ``try_send``'s answer, after raising
+        PeerClosedError if the peer is gone."""
+        self.process_events()
+        self.check_peer()
+        return self.try_send(frames)
+
     def has(self, event: int) -> bool:
         return bool(self.sock.getsockopt(zmq.EVENTS) & event)
 

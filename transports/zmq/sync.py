@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import zmq
 
 from transports._buffers import message_views
+from transports._checks import check_args, check_num_readers, check_rank
 from transports._deadline import Deadline, check_timeout
 from transports._wakeup import Wakeup
 from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
@@ -116,9 +117,7 @@ class ZmqSyncWriter(_Base, SyncWriter):
             ch = self._ch
             backoff = 0.001
             while True:
-                ch.process_events()
-                ch.check_peer()
-                trackers = ch.try_send(frames)
+                trackers = ch.send_step(frames)
                 if trackers is not None:
                     break
                 if deadline.expired():
@@ -151,36 +150,14 @@ class ZmqSyncReader(_Base, SyncReader):
                 return msg
             self._ensure_ready(deadline)
             while True:
-                msg = ch.try_recv()
+                msg = ch.recv_step()
                 if msg is not None:
                     return msg
-                ch.process_events()
-                if ch.gone is not None or ch.error is not None:
-                    msg = ch.try_recv()  # what arrived before the peer left comes first
-                    if msg is not None:
-                        return msg
-                    ch.check_peer()
                 if deadline.expired():
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
                 if ch.has(zmq.POLLIN) or ch.mon_has_events():
                     continue
                 self._poll(zmq.POLLIN, deadline)
-
-
-def check_args(capacity: int, connect_timeout: float) -> None:
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-        raise ValueError(f"capacity must be a positive number of bytes, got {capacity!r}")
-    check_timeout(connect_timeout, "connect_timeout")
-
-
-def check_num_readers(num_readers: int) -> None:
-    if isinstance(num_readers, bool) or not isinstance(num_readers, int) or num_readers < 1:
-        raise ValueError(f"num_readers must be a positive int, got {num_readers!r}")
-
-
-def check_rank(rank: int) -> None:
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise ValueError(f"rank must be an int >= 0, got {rank!r}")
 
 
 def _connect(endpoint: _Base) -> None:
