@@ -17,26 +17,12 @@
   An endpoint is for one thread at a time (``close()`` may come from any thread).
 """
 
-from transports.shm.aio import (
-    open_async_broadcast_reader,
-    open_async_broadcast_writer,
-    open_async_reader,
-    open_async_writer,
-)
-from transports.shm.sync import (
-    open_broadcast_reader,
-    open_broadcast_writer,
-    open_reader,
-    open_writer,
-)
-
-__all__ = [
-    "open_async_broadcast_reader",
-    "open_async_broadcast_writer",
-    "open_async_reader",
-    "open_async_writer",
-    "open_broadcast_reader",
-    "open_broadcast_writer",
-    "open_reader",
-    "open_writer",
-]
+# The eight openers every implementation exposes (see transports.factory), re-exported.
+from transports.shm.aio import open_async_broadcast_reader as open_async_broadcast_reader
+from transports.shm.aio import open_async_broadcast_writer as open_async_broadcast_writer
+from transports.shm.aio import open_async_reader as open_async_reader
+from transports.shm.aio import open_async_writer as open_async_writer
+from transports.shm.sync import open_broadcast_reader as open_broadcast_reader
+from transports.shm.sync import open_broadcast_writer as open_broadcast_writer
+from transports.shm.sync import open_reader as open_reader
+from transports.shm.sync import open_writer as open_writer

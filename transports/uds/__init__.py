@@ -5,26 +5,12 @@ on connect) and the writer waits for all of them. Backpressure is the kernel soc
 (``SO_SNDBUF`` from ``capacity``) plus at most one half-written message kept in user space.
 """
 
-from transports.uds.aio import (
-    open_async_broadcast_reader,
-    open_async_broadcast_writer,
-    open_async_reader,
-    open_async_writer,
-)
-from transports.uds.sync import (
-    open_broadcast_reader,
-    open_broadcast_writer,
-    open_reader,
-    open_writer,
-)
-
-__all__ = [
-    "open_async_broadcast_reader",
-    "open_async_broadcast_writer",
-    "open_async_reader",
-    "open_async_writer",
-    "open_broadcast_reader",
-    "open_broadcast_writer",
-    "open_reader",
-    "open_writer",
-]
+# The eight openers every implementation exposes (see transports.factory), re-exported.
+from transports.uds.aio import open_async_broadcast_reader as open_async_broadcast_reader
+from transports.uds.aio import open_async_broadcast_writer as open_async_broadcast_writer
+from transports.uds.aio import open_async_reader as open_async_reader
+from transports.uds.aio import open_async_writer as open_async_writer
+from transports.uds.sync import open_broadcast_reader as open_broadcast_reader
+from transports.uds.sync import open_broadcast_writer as open_broadcast_writer
+from transports.uds.sync import open_reader as open_reader
+from transports.uds.sync import open_writer as open_writer

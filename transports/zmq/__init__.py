@@ -5,26 +5,12 @@ marks are explicit (``capacity`` / 64 KiB messages per side, 1..1000); large fra
 zero-copy; a broadcast's first send waits until every rank has subscribed.
 """
 
-from transports.zmq.aio import (
-    open_async_broadcast_reader,
-    open_async_broadcast_writer,
-    open_async_reader,
-    open_async_writer,
-)
-from transports.zmq.sync import (
-    open_broadcast_reader,
-    open_broadcast_writer,
-    open_reader,
-    open_writer,
-)
-
-__all__ = [
-    "open_async_broadcast_reader",
-    "open_async_broadcast_writer",
-    "open_async_reader",
-    "open_async_writer",
-    "open_broadcast_reader",
-    "open_broadcast_writer",
-    "open_reader",
-    "open_writer",
-]
+# The eight openers every implementation exposes (see transports.factory), re-exported.
+from transports.zmq.aio import open_async_broadcast_reader as open_async_broadcast_reader
+from transports.zmq.aio import open_async_broadcast_writer as open_async_broadcast_writer
+from transports.zmq.aio import open_async_reader as open_async_reader
+from transports.zmq.aio import open_async_writer as open_async_writer
+from transports.zmq.sync import open_broadcast_reader as open_broadcast_reader
+from transports.zmq.sync import open_broadcast_writer as open_broadcast_writer
+from transports.zmq.sync import open_reader as open_reader
+from transports.zmq.sync import open_writer as open_writer
