@@ -30,7 +30,9 @@ T = TypeVar("T")
 class SyncMPClient:
     """The multiprocess engine for blocking code: an ``AsyncMPClient`` driven on its own event
     loop in a background thread. Starting happens in the constructor; use it as a context
-    manager or call ``shutdown()``.
+    manager or call ``shutdown()``. ``KeyboardInterrupt`` (Ctrl-C) during a call or a
+    ``stream`` cancels its work on that loop, which aborts its requests in the engine, and then
+    propagates; the client stays usable.
 
     Example::
 
@@ -115,7 +117,8 @@ class SyncMPClient:
 
     def stream(self, prompt: Prompt, params: SamplingParams | None = None
                ) -> Iterator[RequestOutput]:
-        """Iterate one request's outputs from blocking code; closing the iterator aborts it."""
+        """Iterate one request's outputs from blocking code; closing the iterator, or Ctrl-C
+        while it waits, aborts the request."""
         ids, params = self.prepare(prompt, params)
         agen = self._client.generate_prepared(ids, params)
         try:
