@@ -213,18 +213,16 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
         pending = outs
         while True:
             try:
-                pending = S.write_pass(pending, self.address, connected=self._spec is None)
+                pending, move = S.write_step(outs, pending, deadline, self.address,
+                                             self._spec is None, stash)
             except PeerClosedError as e:
                 self._broken = e
                 raise
-            if not pending:
+            if move == S.DONE:
                 return
-            if deadline.expired():
-                if not any(out.started for _, out in outs):
-                    raise S.full_error(self.address)
-                if stash:
-                    self._start_flusher(pending)
-                    return
+            if move == S.STASH:
+                self._start_flusher(pending)
+                return
             try:
                 # The background flusher keeps going after close() (bounded by LINGER).
                 await self._wait_fds([p.sock.fileno() for p, _ in pending], True, deadline,

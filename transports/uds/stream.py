@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 
+from transports._deadline import Deadline
 from transports.base import Message
 from transports.errors import AddressError, PeerClosedError, TransportError
 from transports.uds import address as A
@@ -17,6 +18,7 @@ LINGER = 1.0  # close() lets an accepted, half-written message finish for this l
 GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN)
 
 Pending = list[tuple[Peer, Outbound]]
+DONE, STASH, WAIT = range(3)  # what a writer does after a write step
 
 
 def read_step(peer: Peer, address: str) -> Message | None:
@@ -41,6 +43,23 @@ def read_step(peer: Peer, address: str) -> Message | None:
             peer.eof = True
         else:
             peer.reader.commit(n)
+
+
+def write_step(outs: Pending, pending: Pending, deadline: Deadline, address: str,
+               connected: bool, stash: bool) -> tuple[Pending, int]:
+    """One write pass over ``pending`` (the rest of ``outs``), then the move: DONE; STASH when
+    time is up with part of the frame on the wire (it must complete, or the stream breaks: the
+    caller finishes it in the background from a copy); else WAIT for writability. Time up
+    with nothing sent is a TimeoutError."""
+    pending = write_pass(pending, address, connected)
+    if not pending:
+        return pending, DONE
+    if deadline.expired():
+        if not any(out.started for _, out in outs):
+            raise full_error(address)
+        if stash:
+            return pending, STASH
+    return pending, WAIT
 
 
 def write_pass(pending: Pending, address: str, connected: bool) -> Pending:

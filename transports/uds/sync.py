@@ -180,20 +180,16 @@ class UdsSyncWriter(_Base, SyncWriter):
         pending = outs
         while True:
             try:
-                pending = S.write_pass(pending, self.address, connected=self._accept is None)
+                pending, move = S.write_step(outs, pending, deadline, self.address,
+                                             self._accept is None, stash_on_timeout)
             except PeerClosedError as e:
                 self._broken = e
                 raise
-            if not pending:
+            if move == S.DONE:
                 return
-            if deadline.expired():
-                if not any(out.started for _, out in outs):
-                    raise S.full_error(self.address)
-                if stash_on_timeout:
-                    # Half of the frame is on the wire: it must complete, or the stream breaks.
-                    # Finish it in the background from a copy; the next send waits for that.
-                    self._start_flusher(pending)
-                    return
+            if move == S.STASH:
+                self._start_flusher(pending)  # the next send waits for it
+                return
             self._poll([(peer.sock.fileno(), _OUT) for peer, _ in pending], deadline)
 
     def _start_flusher(self, pending: S.Pending) -> None:
