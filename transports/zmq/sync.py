@@ -113,8 +113,9 @@ class ZmqSyncWriter(_Base, SyncWriter):
         frames = [head, *bufs]
         with self._lock:
             self._check_open()
-            self._ensure_ready(deadline)
             ch = self._ch
+            if not ch.ready:  # once ready, send_step's own look at the events is enough
+                self._ensure_ready(deadline)
             backoff = 0.001
             while True:
                 trackers = ch.send_step(frames)
@@ -148,7 +149,8 @@ class ZmqSyncReader(_Base, SyncReader):
             msg = ch.try_recv()
             if msg is not None:
                 return msg
-            self._ensure_ready(deadline)
+            if not ch.ready:
+                self._ensure_ready(deadline)
             while True:
                 msg = ch.recv_step()
                 if msg is not None:
