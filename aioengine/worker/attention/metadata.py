@@ -190,7 +190,8 @@ def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
 def _is_run(table: Sequence[int]) -> bool:
     """The blocks are adjacent ids, in order: their slots are one contiguous range."""
     first = table[0]
-    return all(b == first + j for j, b in enumerate(table))
+    # Compared as lists in C: a generator over the blocks cost ~2 us per decode per step.
+    return list(table) == list(range(first, first + len(table)))
 
 
 def _decode_group(span_ids: list[int], buckets: list[list[int]], ctxs: list[int], total: int,
