@@ -9,8 +9,6 @@ import asyncio
 import weakref
 from collections.abc import Sequence
 
-import zmq
-
 from transports._buffers import message_views
 from transports._checks import check_args, check_num_readers, check_rank
 from transports._deadline import Deadline, check_timeout
@@ -86,7 +84,7 @@ class _AsyncBase(Endpoint):
                 return
             if wait.expired():
                 raise ready_timeout(ch, self._connect_deadline, self._connect_timeout, connecting)
-            if self._settled(zmq.POLLIN):
+            if self._settled(C.POLLIN):
                 await self._wait(wait)
 
     def close(self) -> None:
@@ -126,7 +124,7 @@ class ZmqAsyncWriter(_AsyncBase, AsyncWriter):
                 if ch.kind == C.XPUB:  # XPUB never reports POLLOUT honestly: back off
                     await self._wait(Deadline.earliest(deadline, Deadline(backoff)))
                     backoff = min(backoff * 2, 0.02)
-                elif self._settled(zmq.POLLOUT):
+                elif self._settled(C.POLLOUT):
                     await self._wait(deadline)
             # zmq reads writable caller buffers later; complete once it is done with them.
             for tracker in trackers:
@@ -163,7 +161,7 @@ class ZmqAsyncReader(_AsyncBase, AsyncReader):
                     return msg
                 if deadline.expired():
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
-                if self._settled(zmq.POLLIN):
+                if self._settled(C.POLLIN):
                     await self._wait(deadline)
 
 

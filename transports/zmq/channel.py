@@ -31,6 +31,10 @@ DEFAULT_READER_CAPACITY = 64 * 1024 * 1024  # broadcast readers get no capacity 
 _EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_ACCEPTED
            | zmq.EVENT_CONNECTED)
 PUSH, PULL, XPUB, SUB = zmq.PUSH, zmq.PULL, zmq.XPUB, zmq.SUB
+# Plain ints: pyzmq's are IntFlag/IntEnum, and each ``&``/``|`` on them builds an enum member
+# (~1 us on the hot path: every send and receive asks ZMQ_EVENTS).
+EVENTS, POLLIN, POLLOUT = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.POLLOUT)
+NOBLOCK, NOBLOCK_MORE = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE)
 
 
 def hwm_for(capacity: int) -> int:
@@ -115,9 +119,9 @@ class Channel:
         ~2 us) instead of a ``recv(NOBLOCK)`` that raises ``zmq.Again`` (~5 us, and it lets go
         of the GIL, which costs a model loop sharing this process a wake-up to get it back)."""
         mon = self.mon
-        while mon is not None and mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while mon is not None and mon.getsockopt(EVENTS) & POLLIN:
             try:
-                frames = mon.recv_multipart(zmq.NOBLOCK)
+                frames = mon.recv_multipart(NOBLOCK)
             except zmq.Again:
                 break
             event = parse_monitor_message(frames)["event"]
@@ -132,9 +136,9 @@ class Channel:
             self._process_subscriptions()
 
     def _process_subscriptions(self) -> None:
-        while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while self.sock.getsockopt(EVENTS) & POLLIN:
             try:
-                sub = self.sock.recv(zmq.NOBLOCK)
+                sub = self.sock.recv(NOBLOCK)
             except zmq.Again:
                 return
             topic = sub[1:]
@@ -160,13 +164,21 @@ class Channel:
 
     # ---- data ----------------------------------------------------------------------------------
     def try_recv(self) -> Message | None:
-        if not self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        if not self.sock.getsockopt(EVENTS) & POLLIN:
             return None  # cheaper than a recv raising zmq.Again (see process_events)
+        sock = self.sock
         try:
-            frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            head = sock.recv(NOBLOCK, copy=False)
         except zmq.Again:
             return None
-        return Message(frames[0].buffer, [f.buffer for f in frames[1:]])
+        # A multipart message arrives whole; Frame.more saves recv_multipart's RCVMORE lookups.
+        parts = []
+        more = head.more
+        while more:
+            part = sock.recv(NOBLOCK, copy=False)
+            parts.append(part.buffer)
+            more = part.more
+        return Message(head.buffer, parts)
 
     def try_send(self, frames: list[memoryview]) -> list[zmq.MessageTracker] | None:
         """Queue one message, all or nothing. Returns trackers of the caller's writable large
@@ -174,7 +186,7 @@ class Channel:
         trackers = []
         last = len(frames) - 1
         for i, frame in enumerate(frames):
-            flags = zmq.NOBLOCK | (zmq.SNDMORE if i < last else 0)
+            flags = NOBLOCK_MORE if i < last else NOBLOCK
             big = len(frame) >= COPY_BELOW
             track = big and not frame.readonly
             try:
@@ -210,10 +222,10 @@ class Channel:
         return self.try_send(frames)
 
     def has(self, event: int) -> bool:
-        return bool(self.sock.getsockopt(zmq.EVENTS) & event)
+        return bool(self.sock.getsockopt(EVENTS) & event)
 
     def mon_has_events(self) -> bool:
-        return self.mon is not None and bool(self.mon.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+        return self.mon is not None and bool(self.mon.getsockopt(EVENTS) & POLLIN)
 
     # ---- closing -------------------------------------------------------------------------------
     def close(self, linger_ms: int, background: bool = False) -> None:

@@ -127,7 +127,7 @@ class ZmqSyncWriter(_Base, SyncWriter):
                     # XPUB never reports POLLOUT honestly: back off until a slow reader drains.
                     self._poll(0, Deadline.earliest(deadline, Deadline(backoff)))
                     backoff = min(backoff * 2, 0.02)
-                elif not ch.has(zmq.POLLOUT):
+                elif not ch.has(C.POLLOUT):
                     self._poll(zmq.POLLOUT, deadline)
             # zmq reads writable caller buffers later; return once it is done with them.
             for tracker in trackers:
@@ -157,7 +157,7 @@ class ZmqSyncReader(_Base, SyncReader):
                     return msg
                 if deadline.expired():
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
-                if ch.has(zmq.POLLIN) or ch.mon_has_events():
+                if ch.has(C.POLLIN) or ch.mon_has_events():
                     continue
                 self._poll(zmq.POLLIN, deadline)
 
