@@ -274,19 +274,14 @@ def _merge_pending(first: StepOutputs, out_q: queue.SimpleQueue[Frame | None],
     applies a frame's deltas in order, so steps merged this way read exactly as if sent one by
     one -- but cost one frame and one wake-up of the host. The first message of another kind
     (or the shutdown sentinel) ends the merge and goes to ``held``, to be sent next, in order."""
-    if out_q.empty():
-        return first
-    outputs = list(first.outputs)
-    timestamp = first.timestamp
+    merged = first
     while not out_q.empty():
         item = out_q.get_nowait()
         if item is None or not isinstance(item[0], StepOutputs):
             held.append(item)
             break
-        nxt = item[0]
-        outputs += nxt.outputs
-        timestamp = nxt.timestamp
-    return StepOutputs(outputs, timestamp)
+        merged = StepOutputs(merged.outputs + item[0].outputs, item[0].timestamp)
+    return merged  # ``first`` itself if nothing merged: the caller keeps its encoding
 
 
 def _request_id_of(frame: Any) -> str | None:
