@@ -74,7 +74,7 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     gen = GenerateHandlers(
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
-        watcher=watcher, token_text=token_text)
+        watcher=watcher, token_text=token_text, tokenizer=tokenizer)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
     app = web.Application(middlewares=[error_middleware],

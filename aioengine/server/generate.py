@@ -47,7 +47,7 @@ class GenerationFailed(Exception):
 class GenerateHandlers:
     def __init__(self, client: Any, *, model_name: str, max_request_bytes: int,
                  default_max_tokens: int, metrics: ServerMetrics, watcher: DisconnectWatcher,
-                 token_text: TokenText) -> None:
+                 token_text: TokenText, tokenizer: Any) -> None:
         self._client = client
         self._model = model_name
         self._limit = max_request_bytes
@@ -55,6 +55,7 @@ class GenerateHandlers:
         self._metrics = metrics
         self._watcher = watcher
         self._token_text = token_text
+        self._tokenizer = tokenizer  # the client's: which tokens the text is made of
         self._runs: set[ChoiceRunner] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -124,7 +125,8 @@ class GenerateHandlers:
                    start: Callable[[int], AsyncIterator[Any]], fmt: ChatFormat | CompletionFormat,
                    want_logprobs: bool) -> web.StreamResponse:
         runner = ChoiceRunner(start, req.n)
-        states = [ChoiceState(i) for i in range(req.n)]
+        tokenizer = self._tokenizer if want_logprobs else None
+        states = [ChoiceState(i, tokenizer) for i in range(req.n)]
         last: dict[int, Any] = {}
         outcome = "error"
         self._runs.add(runner)
@@ -227,7 +229,6 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
         try:
             async for index, out in events:
                 state = states[index]
-                offset = len(state.text)
                 if out is ABORTED:
                     if not state.abort():
                         continue
@@ -238,11 +239,8 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
                 if not text and not logprobs and finish is None:
                     continue
                 lp = logprobs if want_logprobs else None
-                if isinstance(fmt, ChatFormat):
-                    choice = fmt.delta_choice(index, text, lp, finish)
-                else:
-                    choice = fmt.delta_choice(index, text, lp, finish, offset)
-                await send(fmt.chunk([choice], include_usage))
+                await send(fmt.chunk([fmt.delta_choice(index, text, lp, finish)],
+                                     include_usage))
             outcome = _outcome(states)
         except EngineDeadError as e:
             outcome = "engine_dead"

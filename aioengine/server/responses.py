@@ -13,37 +13,55 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aioengine.messages import TokenLogprob
+from aioengine.server.logprob_spans import TokenSpans
 
 TokenText = Callable[[int], str]
 Json = dict[str, Any]
+Logprobs = list[tuple[TokenLogprob, int]]
+"""Logprob entries of the tokens that make up the returned text, each with its offset there."""
 
 
 class ChoiceState:
     """One choice of a request: what was sent so far and how it ended."""
 
-    __slots__ = ("cached_tokens", "finish_reason", "index", "logprobs", "prompt_tokens",
-                 "text", "token_count")
+    __slots__ = ("_spans", "_tokenizer", "cached_tokens", "finish_reason", "index",
+                 "logprobs", "prompt_tokens", "text", "token_count")
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, tokenizer: Any = None) -> None:
+        """``tokenizer``: the client's, when logprobs are wanted (None: they are not)."""
         self.index = index
         self.text = ""
         self.token_count = 0
-        self.logprobs: list[TokenLogprob] = []
+        self.logprobs: Logprobs = []
         self.finish_reason: str | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
+        self._tokenizer = tokenizer
+        self._spans: TokenSpans | None = None
 
-    def update(self, out: Any) -> tuple[str, list[TokenLogprob]]:
-        """Take one output; return the new text and the new tokens' logprobs."""
-        # ``out.logprobs`` is cumulative: one per token in ``out.token_ids``.
-        new_lp = list(out.logprobs[len(self.logprobs):]) if out.logprobs else []
-        self.logprobs.extend(new_lp)
+    @property
+    def wants_logprobs(self) -> bool:
+        return self._tokenizer is not None
+
+    def update(self, out: Any) -> tuple[str, Logprobs]:
+        """Take one output; return the new text and the logprobs of the tokens it covers."""
+        new_ids = out.token_ids[self.token_count:]
         self.text = out.text
         self.token_count = len(out.token_ids)
         self.prompt_tokens = len(out.prompt_token_ids)
         self.cached_tokens = out.num_cached_tokens or 0
         if out.finished:
             self.finish_reason = out.finish_reason
+        new_lp: Logprobs = []
+        if self._tokenizer is not None and out.logprobs is not None:
+            if self._spans is None:
+                self._spans = TokenSpans(self._tokenizer, out.prompt_token_ids)
+            self._spans.add(new_ids)
+            if out.finished:
+                self._spans.finish()
+            # ``out.logprobs`` is cumulative: one per token in ``out.token_ids``.
+            new_lp = self._spans.release(len(out.text), out.logprobs)
+            self.logprobs.extend(new_lp)
         return out.delta_text, new_lp
 
     def abort(self) -> bool:
@@ -110,7 +128,7 @@ class ChatFormat(_Format):
         return {"index": index, "delta": {"role": "assistant", "content": ""},
                 "logprobs": None, "finish_reason": None}
 
-    def delta_choice(self, index: int, text: str, logprobs: list[TokenLogprob] | None,
+    def delta_choice(self, index: int, text: str, logprobs: Logprobs | None,
                      finish_reason: str | None) -> Json:
         delta = {"content": text} if text or finish_reason is None else {}
         return {"index": index, "delta": delta,
@@ -119,17 +137,17 @@ class ChatFormat(_Format):
 
     def full_choice(self, state: ChoiceState) -> Json:
         return {"index": state.index, "message": {"role": "assistant", "content": state.text},
-                "logprobs": self.logprobs(state.logprobs) if state.logprobs else None,
+                "logprobs": self.logprobs(state.logprobs) if state.wants_logprobs else None,
                 "finish_reason": state.finish_reason}
 
-    def logprobs(self, entries: Sequence[TokenLogprob]) -> Json:
+    def logprobs(self, entries: Logprobs) -> Json:
         def item(token_id: int, logprob: float) -> Json:
             text = self._token(token_id)
             return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
 
         return {"content": [{**item(e.token_id, e.logprob),
                              "top_logprobs": [item(t, lp) for t, lp in e.top]}
-                            for e in entries]}
+                            for e, _ in entries]}
 
 
 class CompletionFormat(_Format):
@@ -137,23 +155,19 @@ class CompletionFormat(_Format):
     object_chunk = "text_completion"
     id_prefix = "cmpl-"
 
-    def delta_choice(self, index: int, text: str, logprobs: list[TokenLogprob] | None,
-                     finish_reason: str | None, offset: int = 0) -> Json:
+    def delta_choice(self, index: int, text: str, logprobs: Logprobs | None,
+                     finish_reason: str | None) -> Json:
         return {"index": index, "text": text,
-                "logprobs": self.logprobs(logprobs, offset) if logprobs is not None else None,
+                "logprobs": self.logprobs(logprobs) if logprobs is not None else None,
                 "finish_reason": finish_reason}
 
     def full_choice(self, state: ChoiceState) -> Json:
         return {"index": state.index, "text": state.text,
-                "logprobs": self.logprobs(state.logprobs) if state.logprobs else None,
+                "logprobs": self.logprobs(state.logprobs) if state.wants_logprobs else None,
                 "finish_reason": state.finish_reason}
 
-    def logprobs(self, entries: Sequence[TokenLogprob], offset: int = 0) -> Json:
-        tokens = [self._token(e.token_id) for e in entries]
-        offsets = []
-        for t in tokens:
-            offsets.append(offset)
-            offset += len(t)
-        return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
-                "top_logprobs": [{self._token(t): lp for t, lp in e.top} for e in entries],
-                "text_offset": offsets}
+    def logprobs(self, entries: Logprobs) -> Json:
+        return {"tokens": [self._token(e.token_id) for e, _ in entries],
+                "token_logprobs": [e.logprob for e, _ in entries],
+                "top_logprobs": [{self._token(t): lp for t, lp in e.top} for e, _ in entries],
+                "text_offset": [offset for _, offset in entries]}
