@@ -25,7 +25,13 @@ from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, engine_dead, first_line, from_value_error
 from aioengine.server.metrics import ServerMetrics
-from aioengine.server.params import chat_params, completion_params, completion_prompt, seeded
+from aioengine.server.params import (
+    chat_params,
+    check_messages,
+    completion_params,
+    completion_prompt,
+    seeded,
+)
 from aioengine.server.protocol import (
     CHAT_DECODER,
     COMPLETION_DECODER,
@@ -85,6 +91,7 @@ class GenerateHandlers:
         try:
             req = decode(CHAT_DECODER, await read_body(request, self._limit))
             self._check_model(req.model)
+            check_messages(req.messages)
             params = chat_params(req, self._default_max_tokens)
         except ApiError:
             self._metrics.count("chat", "rejected")

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from msgspec import UNSET
 from msgspec.structs import replace
 
 from aioengine import SamplingParams
 from aioengine.server.errors import ApiError, from_value_error
-from aioengine.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from aioengine.server.protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    SamplingFields,
+)
 
 _PASSTHROUGH = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                 "presence_penalty", "frequency_penalty", "seed")
@@ -31,6 +37,25 @@ def sampling_params(req: SamplingFields, *, max_tokens: int,
                               logprobs=logprobs, **chosen)
     except ValueError as e:
         raise from_value_error(e) from e
+
+
+def check_messages(messages: list[ChatMessage]) -> None:
+    """OpenAI's rules for each role: every message needs content, except an assistant's that
+    carries tool_calls; tool messages answer such tool_calls. This server supports no
+    tool_calls, so an assistant message needs content and a tool message is refused."""
+    for i, m in enumerate(messages):
+        if m.role == "tool":
+            raise ApiError(400, f"messages[{i}]: a 'tool' message answers an assistant "
+                           "message's tool_calls (by tool_call_id), and this server does not "
+                           "support tool calls", param=f"messages[{i}].role",
+                           code="unsupported_parameter")
+        if m.content is None or m.content is UNSET:
+            sent = "missing" if m.content is UNSET else "null"
+            why = (" (only an assistant message with tool_calls may leave it out, and this "
+                   "server does not support tool calls)" if m.role == "assistant" else "")
+            raise ApiError(400, f"messages[{i}]: a '{m.role}' message must have content, a "
+                           f"string or a list of text parts; its content is {sent}{why}",
+                           param=f"messages[{i}].content", code="missing_required_parameter")
 
 
 def chat_params(req: ChatCompletionRequest, default_max_tokens: int) -> SamplingParams:

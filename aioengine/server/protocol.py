@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import Meta
+from msgspec import UNSET, Meta, UnsetType
 
 MAX_N = 16  # choices per request; each is a full engine request
 
@@ -29,7 +29,9 @@ class TextPart(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fiel
 
 class ChatMessage(msgspec.Struct, forbid_unknown_fields=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    # UNSET (absent) and None (null) are told apart only to say which one was sent:
+    # ``params.check_messages`` refuses both, as OpenAI does without tool_calls.
+    content: str | Annotated[list[TextPart], Meta(min_length=1)] | UnsetType | None = UNSET
     name: str | None = None
 
     def as_template_dict(self) -> dict[str, str]:

@@ -28,6 +28,27 @@ CASES = [
     ("/v1/chat/completions",
      {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      400, "messages[0].content[0].type", "image_url"),
+    # Each role's content rules, as OpenAI's (no tool calls here: assistants need content).
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "s"}, {"role": "user"}]},
+     400, "messages[1].content", "messages[1]: a 'user' message must have content, a string or "
+     "a list of text parts; its content is missing"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}, 400,
+     "messages[0].content", "a 'user' message must have content, a string or a list of text "
+     "parts; its content is null"),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": None}, *USER]}, 400,
+     "messages[0].content", "messages[0]: a 'system' message must have content"),
+    ("/v1/chat/completions", {"messages": [{"role": "developer"}, *USER]}, 400,
+     "messages[0].content", "a 'developer' message must have content"),
+    ("/v1/chat/completions", {"messages": [*USER, {"role": "assistant", "content": None}, *USER]},
+     400, "messages[1].content", "its content is null (only an assistant message with "
+     "tool_calls may leave it out, and this server does not support tool calls)"),
+    ("/v1/chat/completions", {"messages": [*USER, {"role": "assistant", "tool_calls": []}]},
+     400, "tool_calls", "unsupported parameter `tool_calls`"),
+    ("/v1/chat/completions", {"messages": [*USER, {"role": "tool", "content": "42"}]}, 400,
+     "messages[1].role", "messages[1]: a 'tool' message answers an assistant message's "
+     "tool_calls"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": []}]}, 400,
+     "messages[0].content", "length >= 1"),
     ("/v1/chat/completions", {"messages": USER, "temperature": 2.5}, 400, "temperature",
      "<= 2.0"),
     ("/v1/chat/completions", {"messages": USER, "top_p": 0}, 400, "top_p", "> 0.0"),
@@ -92,6 +113,21 @@ async def test_bad_requests_get_their_status_and_reach_no_engine(server, engine)
     after = await engine.get_stats()
     assert after.prompt_tokens_total == before.prompt_tokens_total
     assert after.num_requests_finished_total == before.num_requests_finished_total
+
+
+async def test_every_role_with_content_is_accepted(server):
+    """Not stricter than OpenAI: empty strings and lists of text parts are content."""
+    messages = [{"role": "system", "content": ""},
+                {"role": "developer", "content": [{"type": "text", "text": "Be terse."}]},
+                {"role": "user", "content": "hi", "name": "ann"},
+                {"role": "assistant", "content": ""},
+                {"role": "user", "content": [{"type": "text", "text": "a"},
+                                             {"type": "text", "text": "b"}]}]
+    async with aiohttp.ClientSession() as s, \
+            s.post(server.make_url("/v1/chat/completions"),
+                   json={"messages": messages, "max_tokens": 2}) as resp:
+        assert resp.status == 200, await resp.text()
+        assert (await resp.json())["object"] == "chat.completion"
 
 
 async def test_unknown_route_and_method(server):
