@@ -1,5 +1,9 @@
 """``python -m aioengine.serve``: the OpenAI-compatible server as a program.
 
+The listening socket is bound before the engine starts: a taken port or a foreign address fails
+in milliseconds, with one log line, and starts no process. Connections made while the engine
+starts wait in the socket's backlog and are answered once it is ready.
+
 Being a program (not the library), it installs SIGINT/SIGTERM handlers in its own process: the
 first signal stops accepting connections, lets in-flight requests finish for ``--grace-period``
 seconds (then aborts the rest), shuts the engine down, and exits 0. A signal during engine
@@ -12,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -23,8 +28,38 @@ from aioengine.server.app import ServerSettings, create_app
 logger = logging.getLogger("aioengine.serve")
 
 
+_BACKLOG = 128
+
+
 class BindError(Exception):
     """The listening socket could not be opened (a port taken, an address not ours)."""
+
+
+def bind_listeners(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on every address ``host`` resolves to, as asyncio's ``create_server``
+    opens them (SO_REUSEADDR; IPv6 sockets v6-only), so aiohttp can serve them later."""
+    where = f"cannot serve on {host}:{port}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except OSError as e:
+        raise BindError(f"{where}: {e}") from e
+    socks: list[socket.socket] = []
+    try:
+        for family, type_, proto, _, addr in dict.fromkeys(infos):  # unique, in order
+            sock = socket.socket(family, type_, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+            sock.listen(_BACKLOG)
+            sock.setblocking(False)
+    except OSError as e:
+        for sock in socks:
+            sock.close()
+        raise BindError(f"{where}: {e}") from e
+    return socks
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,8 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(config: EngineConfig, settings: ServerSettings, host: str, port: int,
+async def serve(config: EngineConfig, settings: ServerSettings, socks: list[socket.socket],
                 grace_period: float) -> None:
+    """Start the engine, then serve HTTP on ``socks`` (from ``bind_listeners``) until a
+    signal; the sockets are closed on every way out."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     main_task = asyncio.current_task()
@@ -78,11 +115,8 @@ async def serve(config: EngineConfig, settings: ServerSettings, host: str, port:
                                    shutdown_timeout=max(grace_period, 1.0), access_log=None)
             await runner.setup()
             try:
-                site = web.TCPSite(runner, host, port)
-                try:
-                    await site.start()
-                except OSError as e:  # only this one: others are not about the address
-                    raise BindError(f"cannot serve on {host}:{port}: {e}") from e
+                for sock in socks:
+                    await web.SockSite(runner, sock).start()
                 bound = runner.addresses[0]
                 logger.info("aioengine server listening on http://%s:%d (model %r)",
                             bound[0], bound[1], settings.model_name or config.model)
@@ -94,6 +128,8 @@ async def serve(config: EngineConfig, settings: ServerSettings, host: str, port:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        for sock in socks:
+            sock.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,14 +150,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(config, settings, args.host, args.port, args.grace_period))
+        socks = bind_listeners(args.host, args.port)
+    except BindError as e:
+        logger.error("%s", e)
+        return 1
+    try:
+        asyncio.run(serve(config, settings, socks, args.grace_period))
     except asyncio.CancelledError:
         logger.info("stopped by a signal before the start-up or the shutdown completed")
     except (EngineStartupError, OSError) as e:  # OSError: e.g. an unwritable model cache
         logger.error("the engine failed to start: %s", e)
-        return 1
-    except BindError as e:
-        logger.error("%s", e)
         return 1
     return 0
 

@@ -4,11 +4,13 @@ engine death, bad flags, and no torch in the host."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 
 import aiohttp
 import openai
@@ -51,7 +53,46 @@ def test_start_up_failures_exit_1_with_their_own_cause(tmp_path):
                            capture_output=True, text=True, timeout=180)
     assert r.returncode == 1, r.stderr
     assert f"cannot serve on 127.0.0.1:{port}" in r.stderr, r.stderr
-    assert "address already in use" in r.stderr, r.stderr
+    assert "address already in use" in r.stderr.lower(), r.stderr
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
+def test_an_address_it_cannot_serve_fails_fast_and_starts_no_process(host):
+    """The socket is bound before the engine starts: one log line, exit 1, and no child (the
+    server is watched for children the whole time it runs)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "aioengine.serve", "--host", host,
+                                 "--port", str(port), "--max-model-len", "256",
+                                 "--num-kv-blocks", "64"], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        children: set[int] = set()
+        try:
+            watched = psutil.Process(proc.pid)
+            while proc.poll() is None:
+                try:
+                    children.update(c.pid for c in watched.children(recursive=True))
+                except psutil.NoSuchProcess:
+                    break
+                if children:
+                    break
+                time.sleep(0.01)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+            for pid in children:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    psutil.Process(pid).kill()
+    assert not children, f"the server started processes before binding: {children}"
+    assert proc.returncode == 1, err
+    (line,) = err.strip().splitlines()  # one line, no traceback
+    assert f"ERROR aioengine.serve: cannot serve on {host}:{port}: " in line, err
+    if host == "127.0.0.1":
+        assert line.endswith("Address already in use"), line
 
 
 async def test_openai_client_then_sigterm_mid_stream():
