@@ -1,5 +1,6 @@
 """The engine process (uniproc executor) over a real shared-memory transport."""
 
+import os
 import time
 
 import msgspec
@@ -88,6 +89,16 @@ def test_idle_engine_uses_under_2_percent_cpu(engine):
     t1, c1 = time.monotonic(), proc.cpu_times()
     used = (c1.user + c1.system) - (c0.user + c0.system)
     assert used / (t1 - t0) < 0.02, f"idle engine used {used:.3f} s CPU in {t1 - t0:.1f} s"
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies only")
+def test_io_threads_are_batch_so_their_wakeups_never_preempt_the_model(engine):
+    engine.call("ping")  # both I/O threads have run
+    pid = engine.pid
+    policies = {int(t): os.sched_getscheduler(int(t)) for t in os.listdir(f"/proc/{pid}/task")}
+    assert policies[pid] == os.SCHED_OTHER  # the main thread runs the model: left as it is
+    batch = [t for t, p in policies.items() if p == os.SCHED_BATCH]
+    assert len(batch) == 2, f"want engine-input and engine-output batch, got {policies}"
 
 
 def test_engine_modules_import_no_torch():
