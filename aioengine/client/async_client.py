@@ -46,6 +46,7 @@ from aioengine.messages.engine_io import (
 )
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
+from aioengine.runtime.supervisor_guard import check_main_is_guarded
 from transports.errors import TransportError
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ class AsyncMPClient:
             raise RuntimeError("this AsyncMPClient was shut down; create a new one")
         if self._engine is not None:
             return
+        check_main_is_guarded()  # before anything is bound: a child exits here
         self._loop = asyncio.get_running_loop()
         self._send_lock = asyncio.Lock()
         me = weakref.ref(self)  # the supervisor's monitor thread must not keep us alive

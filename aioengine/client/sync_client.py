@@ -23,6 +23,7 @@ from aioengine.client.tokenizer import Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import EngineStats
 from aioengine.messages.sampling_params import SamplingParams
+from aioengine.runtime.supervisor_guard import check_main_is_guarded
 
 T = TypeVar("T")
 
@@ -42,6 +43,7 @@ class SyncMPClient:
     """
 
     def __init__(self, config: EngineConfig | None = None, *, use_uvloop: bool = False) -> None:
+        check_main_is_guarded()  # on the caller's thread, where the child can exit cleanly
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] = \
             anyio.from_thread.start_blocking_portal(
                 "asyncio", backend_options={"use_uvloop": use_uvloop})

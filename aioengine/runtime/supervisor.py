@@ -19,6 +19,7 @@ from typing import Any
 from aioengine.runtime.busy_loop import TargetRef, child_main, split_target_ref
 from aioengine.runtime.errors import EngineDeadError, describe_exitcode
 from aioengine.runtime.events import Event
+from aioengine.runtime.supervisor_guard import check_main_is_guarded
 from aioengine.runtime.supervisor_state import SupervisorState
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ class Supervisor:
     # ---- starting ---------------------------------------------------------------------------
     def spawn(self, spec: ChildSpec) -> int:
         """Start one child (spawn method) without waiting; returns its pid."""
+        check_main_is_guarded()  # a child re-running an unguarded main script stops here
         state = self._state
         with state.lock:
             if state.stopping:

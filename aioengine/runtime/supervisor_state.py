@@ -23,6 +23,7 @@ import msgspec
 from aioengine.runtime import process_tree
 from aioengine.runtime.errors import EngineStartupError, describe_exitcode
 from aioengine.runtime.events import Event, EventDecodeError, EventType, decode_event
+from aioengine.runtime.supervisor_guard import UNGUARDED_MAIN_EXIT, unguarded_main_message
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +190,10 @@ class SupervisorState:
                 f"child process {child.name!r} (pid {pid}) failed during startup: "
                 f"{err.exc_type}: {err.message}", process=child.name, exitcode=child.exitcode,
                 exc_type=err.exc_type, child_message=err.message, child_traceback=err.traceback)
+        if child.dead and child.ready is None and child.exitcode == UNGUARDED_MAIN_EXIT:
+            raise EngineStartupError(
+                f"child process {child.name!r} (pid {pid}) exited before READY: "
+                f"{unguarded_main_message()}", process=child.name, exitcode=child.exitcode)
         if child.dead:
             when = "before READY" if child.ready is None else "during startup (after READY)"
             raise EngineStartupError(
