@@ -1,16 +1,16 @@
 """AsyncMPClient: the engine in child processes, driven from the host's own event loop.
 
-One output task receives every engine message and updates per-request state; each stream's
-consumer builds its ``RequestOutput`` when it wakes, so a slow consumer only merges steps and
-never holds anyone back. Death is seen three ways: the supervisor's monitor thread, the output
-channel closing under us (``PeerClosedError``), and an ``EngineFailure`` message.
+One output task receives every engine message (``engine_messages``) and updates per-request
+state; each stream's consumer builds its ``RequestOutput`` when it wakes, so a slow consumer only
+merges steps and never holds anyone back. Death is seen three ways (``engine_death``): the
+supervisor's monitor thread, the output channel closing under us (``PeerClosedError``), and an
+``EngineFailure`` message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -20,6 +20,8 @@ from typing import Any
 import msgspec
 
 from aioengine.client.chat_template import ChatMessage
+from aioengine.client.engine_death import EngineDeath
+from aioengine.client.engine_messages import EngineMessageRouter
 from aioengine.client.inputs import (
     Prompt,
     check_params,
@@ -31,36 +33,20 @@ from aioengine.client.launch import EngineProcess, launch_engine
 from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
+from aioengine.client.request_stream import RequestStream
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import (
     AbortRequests,
     AddRequest,
     ClientMessage,
-    EngineFailure,
-    EngineMessage,
     EngineStats,
-    StepOutputs,
     UtilityCall,
-    UtilityResult,
 )
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 from transports.errors import TransportError
-
-logger = logging.getLogger(__name__)
-
-
-class _Stream:
-    """A request's state, the event that wakes its consumer, and its id on the wire."""
-
-    __slots__ = ("event", "state", "wire_id")
-
-    def __init__(self, state: RequestState, wire_id: str) -> None:
-        self.state = state
-        self.wire_id = wire_id
-        self.event = asyncio.Event()
 
 
 class AsyncMPClient:
@@ -94,8 +80,8 @@ class AsyncMPClient:
             raise ValueError(f"config must be an EngineConfig, got {type(config).__name__}")
         self._engine: EngineProcess | None = None
         self._tokenizer: Tokenizer | None = None
-        self._streams: dict[str, _Stream] = {}  # by the caller's request id
-        self._by_wire: dict[str, _Stream] = {}  # by the id the engine knows
+        self._streams: dict[str, RequestStream] = {}  # by the caller's request id
+        self._by_wire: dict[str, RequestStream] = {}  # by the id the engine knows
         self._wire_seq = itertools.count()
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
@@ -104,10 +90,10 @@ class AsyncMPClient:
         self._output_task: asyncio.Task[None] | None = None
         self._send_lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._dead: EngineDeadError | None = None
+        self._death = EngineDeath(self._streams, self._calls)
+        self._router = EngineMessageRouter(self._by_wire, self._calls, self._death)
         self._closed = False
         self._encoder = msgspec.msgpack.Encoder()
-        self._decoder = msgspec.msgpack.Decoder(EngineMessage)
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def __aenter__(self) -> AsyncMPClient:
@@ -125,16 +111,10 @@ class AsyncMPClient:
         if self._engine is not None:
             return
         check_main_is_guarded()  # before anything is bound: a child exits here
-        self._loop = asyncio.get_running_loop()
+        self._loop = self._death.loop = asyncio.get_running_loop()
         self._send_lock = asyncio.Lock()
-        me = weakref.ref(self)  # the supervisor's monitor thread must not keep us alive
-
-        def on_death(error: EngineDeadError) -> None:
-            client = me()
-            if client is not None:
-                client._death_from_thread(error)
-
-        self._engine = await launch_engine(self.config, on_death)
+        # The death holds no reference to us: the monitor thread must not keep us alive.
+        self._engine = await launch_engine(self.config, self._death.from_monitor_thread)
         try:
             self._tokenizer = await asyncio.to_thread(Tokenizer.from_dir,
                                                       self._engine.tokenizer_path)
@@ -145,6 +125,7 @@ class AsyncMPClient:
         self._finalizer = weakref.finalize(self, self._engine.close_sync)
         self._output_task = self._loop.create_task(
             output_loop(weakref.ref(self), self._engine.outputs), name="aioengine-output")
+        self._death.watching = True
 
     async def shutdown(self) -> None:
         """Stop the engine and release every resource. Idempotent. From a loop other than the
@@ -155,12 +136,13 @@ class AsyncMPClient:
         if self._loop is not None and asyncio.get_running_loop() is not self._loop:
             if not self._loop.is_closed():
                 self._check_loop()  # raises
-            self._closed = True  # its tasks died with their loop: only the processes remain
+            # Its tasks died with their loop: only the processes remain.
+            self._closed = self._death.quiet = True
             self._set_dead(EngineDeadError("the client was shut down"))
             if self._engine is not None:
                 await asyncio.to_thread(self._finalizer)
             return
-        self._closed = True
+        self._closed = self._death.quiet = True
         self._set_dead(EngineDeadError("the client was shut down"))
         tasks = [t for t in (self._output_task, *self._background) if t is not None]
         for t in tasks:
@@ -173,7 +155,7 @@ class AsyncMPClient:
     @property
     def is_dead(self) -> bool:
         """True once the engine died or the client was shut down."""
-        return self._dead is not None
+        return self._death.error is not None
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -212,8 +194,8 @@ class AsyncMPClient:
 
     def _check_alive(self) -> None:
         self._check_started()
-        if self._dead is not None:
-            raise self._dead_error()
+        if self._death.error is not None:
+            raise self._death.fresh_error()
 
     def _check_loop(self) -> None:
         """The output task, events and futures all live on the loop that started the client;
@@ -223,14 +205,6 @@ class AsyncMPClient:
                 "this AsyncMPClient is used from an event loop other than the one it was "
                 f"started on ({self._loop!r}); use it only from that loop (from another "
                 "thread: asyncio.run_coroutine_threadsafe), or give this loop its own client")
-
-    def _dead_error(self) -> EngineDeadError:
-        """A fresh exception per raiser, so concurrent tracebacks do not pile onto one."""
-        dead = self._dead
-        assert dead is not None
-        err = EngineDeadError(str(dead), process=dead.process, exitcode=dead.exitcode)
-        err.__cause__ = dead
-        return err
 
     # ---- requests -----------------------------------------------------------------------
     def prepare(self, prompt: Prompt, params: SamplingParams | None = None
@@ -285,7 +259,7 @@ class AsyncMPClient:
         # engine, with its outputs and our abort in flight: a fresh wire id per request keeps
         # a caller's reused id apart from it.
         wire_id = f"{rid}#{next(self._wire_seq)}"
-        stream = _Stream(RequestState(rid, ids, params, detok, now), wire_id)
+        stream = RequestStream(RequestState(rid, ids, params, detok, now), wire_id)
         state = stream.state
         self._streams[rid] = stream  # registered before any await: duplicate ids are caught
         self._by_wire[wire_id] = stream
@@ -294,8 +268,8 @@ class AsyncMPClient:
             await self._send(AddRequest(wire_id, ids, params, now, priority))
             while True:
                 if not state.has_news():
-                    if self._dead is not None:
-                        raise self._dead_error()
+                    if self._death.error is not None:
+                        raise self._death.fresh_error()
                     stream.event.clear()
                     await stream.event.wait()
                     continue
@@ -307,7 +281,7 @@ class AsyncMPClient:
             if self._streams.get(rid) is stream:
                 del self._streams[rid]
             del self._by_wire[wire_id]
-            if not state.finished and self._dead is None:
+            if not state.finished and self._death.error is None:
                 self._abort_soon(wire_id)
 
     async def abort(self, request_id: str) -> None:
@@ -356,12 +330,12 @@ class AsyncMPClient:
         frame = self._encoder.encode(msg)
         try:
             async with self._send_lock:
-                if self._dead is not None:
-                    raise self._dead_error()
+                if self._death.error is not None:
+                    raise self._death.fresh_error()
                 await self._engine.requests.send(frame)
         except TransportError as e:
             self._set_dead(EngineDeadError(f"the engine's request channel failed: {e}"))
-            raise self._dead_error() from e
+            raise self._death.fresh_error() from e
 
     def _abort_soon(self, request_id: str) -> None:
         """Abort from places that cannot await (a generator's cleanup, the output task)."""
@@ -374,74 +348,17 @@ class AsyncMPClient:
     async def _flush_aborts(self) -> None:
         await asyncio.sleep(0)  # let a burst of cancellations collect into one message
         ids, self._pending_aborts = self._pending_aborts, []
-        if ids and self._dead is None:
+        if ids and self._death.error is None:
             try:
                 await self._send(AbortRequests(ids))
             except EngineDeadError:
                 pass  # every stream is failing already
 
-    # ---- receiving ----------------------------------------------------------------------
+    # ---- receiving and death (``engine_messages``, ``engine_death``) ----------------------
     def _on_frame(self, header: memoryview) -> bool:
         """One engine message, from ``output_loop``; False when the loop must end."""
-        try:
-            decoded = self._decoder.decode(header)
-        except msgspec.DecodeError as e:
-            self._set_dead(EngineDeadError(f"undecodable frame from the engine: {e}"))
-            return False
-        if isinstance(decoded, StepOutputs):
-            self._on_outputs(decoded)
-        elif isinstance(decoded, UtilityResult):
-            self._on_result(decoded)
-        elif isinstance(decoded, EngineFailure):
-            detail = f"\n{decoded.traceback}" if decoded.traceback else ""
-            self._set_dead(EngineDeadError(f"the engine failed: {decoded.message}{detail}"))
-            return False
-        return True
-
-    def _on_outputs(self, step: StepOutputs) -> None:
-        now = time.time()
-        streams = self._by_wire
-        for delta in step.outputs:
-            stream = streams.get(delta.request_id)
-            if stream is None:
-                continue  # aborted or abandoned meanwhile
-            if stream.state.apply(delta, now):
-                self._abort_soon(delta.request_id)  # a stop string ended it; tell the engine
-            stream.event.set()
-
-    def _on_result(self, res: UtilityResult) -> None:
-        fut = self._calls.pop(res.call_id, None)
-        if fut is None or fut.done():
-            return
-        if res.error is not None:
-            fut.set_exception(RuntimeError(f"engine call failed: {res.error}"))
-        else:
-            fut.set_result(res.result)
-
-    # ---- death --------------------------------------------------------------------------
-    def _death_from_thread(self, error: EngineDeadError) -> None:
-        """The supervisor's monitor thread saw a child die."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(self._on_child_death, error)
-        except RuntimeError:
-            pass  # the loop closed in between; nothing is left to notify
-
-    def _on_child_death(self, error: EngineDeadError) -> None:
-        if self._output_task is not None:  # before that, start() itself reports the failure
-            self._set_dead(error)
+        return self._router.on_frame(header, self._abort_soon)
 
     def _set_dead(self, error: EngineDeadError) -> None:
-        if self._dead is not None:
-            return
-        self._dead = error
-        if not self._closed:
-            logger.error("engine is dead: %s", error)
-        for stream in self._streams.values():
-            stream.event.set()
-        for fut in self._calls.values():
-            if not fut.done():
-                fut.set_exception(error)
-
+        """Declare the engine dead (the first cause wins); see ``EngineDeath.declare``."""
+        self._death.declare(error)

@@ -1,0 +1,73 @@
+"""The engine's death as the client sees it: once declared, every open stream is woken to raise
+``EngineDeadError`` and every pending utility call fails with it, and so does every later call.
+
+Death is declared from three places: the supervisor's monitor thread (a child process died;
+hopped onto the client's loop here), the output task (the output channel closed under it), and
+an ``EngineFailure`` message or an undecodable frame (``EngineMessageRouter``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from aioengine.client.request_stream import RequestStream
+from aioengine.runtime.errors import EngineDeadError
+
+logger = logging.getLogger(__name__)
+
+
+class EngineDeath:
+    """Holds no reference to the client, so the monitor thread's callback does not keep a
+    dropped client alive."""
+
+    __slots__ = ("_calls", "_streams", "error", "loop", "quiet", "watching")
+
+    def __init__(self, streams: Mapping[str, RequestStream],
+                 calls: Mapping[int, asyncio.Future[Any]]) -> None:
+        self._streams = streams
+        self._calls = calls
+        self.error: EngineDeadError | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The client's loop, where a death seen by the monitor thread is declared."""
+        self.watching = False
+        """True once the output task runs; before that, ``start()`` reports failures itself."""
+        self.quiet = False
+        """True once the client is shut down: its own 'death' is not logged as an error."""
+
+    def declare(self, error: EngineDeadError) -> None:
+        """The engine is dead (the first cause wins): wake every stream, fail every call."""
+        if self.error is not None:
+            return
+        self.error = error
+        if not self.quiet:
+            logger.error("engine is dead: %s", error)
+        for stream in self._streams.values():
+            stream.event.set()
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(error)
+
+    def fresh_error(self) -> EngineDeadError:
+        """A fresh exception per raiser, so concurrent tracebacks do not pile onto one."""
+        dead = self.error
+        assert dead is not None
+        err = EngineDeadError(str(dead), process=dead.process, exitcode=dead.exitcode)
+        err.__cause__ = dead
+        return err
+
+    def from_monitor_thread(self, error: EngineDeadError) -> None:
+        """The supervisor's monitor thread saw a child die."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._on_child_death, error)
+        except RuntimeError:
+            pass  # the loop closed in between; nothing is left to notify
+
+    def _on_child_death(self, error: EngineDeadError) -> None:
+        if self.watching:
+            self.declare(error)

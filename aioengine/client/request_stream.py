@@ -1,0 +1,17 @@
+"""One open stream of the client: its request's state, the event that wakes its consumer, and
+the request's id on the wire."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aioengine.client.request_state import RequestState
+
+
+class RequestStream:
+    __slots__ = ("event", "state", "wire_id")
+
+    def __init__(self, state: RequestState, wire_id: str) -> None:
+        self.state = state
+        self.wire_id = wire_id
+        self.event = asyncio.Event()
