@@ -1,7 +1,14 @@
 """asyncio zmq endpoints: the zmq notification fds (data and monitor socket) are registered
 with the event loop; after every wake-up ``ZMQ_EVENTS`` is re-read, which both answers the
 question and re-arms zmq's edge-triggered fd. Messages are taken only synchronously, so a
-cancelled ``recv`` never loses one."""
+cancelled ``recv`` never loses one.
+
+The fds stay registered from the first wait until close (adding and removing them around every
+wait cost four epoll_ctl calls and two handles per streamed message in the host). A wake-up
+nobody waits for reads ``ZMQ_EVENTS`` to re-arm the fd, so the loop does not report it again
+and again; the state it answered is read again by whatever operation comes next, before it
+waits. The loop holds the endpoint only weakly, and a dropped endpoint's finalizer unregisters
+the fds before closing the sockets (their numbers may be reused)."""
 
 from __future__ import annotations
 
@@ -24,6 +31,40 @@ def _wake(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+def _on_fd(ref: weakref.ref[_AsyncBase]) -> None:
+    endpoint = ref()
+    if endpoint is not None:
+        endpoint._fd_ready()
+
+
+def _finalize(loop: asyncio.AbstractEventLoop, fds: list[int], registered: list[bool],
+              ch: C.Channel) -> None:
+    """A dropped endpoint: unregister its fds from the loop, then close without linger. The
+    selector belongs to the loop's thread: from any other thread the whole job goes there."""
+    if not registered[0] or loop.is_closed():
+        ch.close(0)
+        return
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        here = False
+    if not here:
+        try:
+            loop.call_soon_threadsafe(_finalize_here, loop, fds, ch)
+            return
+        except RuntimeError:  # closed in between
+            ch.close(0)
+            return
+    _finalize_here(loop, fds, ch)
+
+
+def _finalize_here(loop: asyncio.AbstractEventLoop, fds: list[int], ch: C.Channel) -> None:
+    if not loop.is_closed():
+        for fd in fds:
+            loop.remove_reader(fd)
+    ch.close(0)
+
+
 class _AsyncBase(Endpoint):
     _writer = False
 
@@ -38,8 +79,10 @@ class _AsyncBase(Endpoint):
         self._connect_deadline: Deadline | None = None
         self._lock = asyncio.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
+        self._fd_waiters: set[asyncio.Future[None]] = set()
+        self._registered = [False]  # shared with the finalizer
         self._closed = False
-        weakref.finalize(self, ch.close, 0)
+        weakref.finalize(self, _finalize, self._loop, self._fds, self._registered, ch)
 
     @property
     def address(self) -> str:
@@ -51,21 +94,34 @@ class _AsyncBase(Endpoint):
 
     async def _wait(self, deadline: Deadline) -> None:
         """Until either zmq fd signals, the deadline, or close() (ChannelClosedError)."""
+        if not self._registered[0]:
+            ref = weakref.ref(self)
+            for fd in self._fds:
+                self._loop.add_reader(fd, _on_fd, ref)
+            self._registered[0] = True
         fut: asyncio.Future[None] = self._loop.create_future()
-        for fd in self._fds:
-            self._loop.add_reader(fd, _wake, fut)
         left = deadline.remaining()
         timer = None if left is None else self._loop.call_later(left, _wake, fut)
         self._waiters.add(fut)
+        self._fd_waiters.add(fut)
         try:
             await fut
         finally:
             self._waiters.discard(fut)
+            self._fd_waiters.discard(fut)
             if timer is not None:
                 timer.cancel()
-            if not self._closed:  # close() already unregistered them; numbers may be reused
-                for fd in self._fds:
-                    self._loop.remove_reader(fd)
+
+    def _fd_ready(self) -> None:
+        woke = False
+        for fut in self._fd_waiters:
+            if not fut.done():
+                fut.set_result(None)
+                woke = True
+        if not woke and not self._closed:
+            # Re-arm the fds (see the module doc); the answer is read again before any wait.
+            self._ch.has(0)
+            self._ch.mon_has_events()
 
     def _settled(self, event: int) -> bool:
         """True when nothing is pending on either socket (so waiting on the fds is safe)."""
@@ -91,8 +147,10 @@ class _AsyncBase(Endpoint):
         if self._closed:
             return
         self._closed = True
-        for fd in self._fds:
-            self._loop.remove_reader(fd)
+        if self._registered[0]:
+            self._registered[0] = False
+            for fd in self._fds:
+                self._loop.remove_reader(fd)
         for fut in list(self._waiters):
             if not fut.done():
                 fut.set_exception(ChannelClosedError(f"endpoint {self.address} was closed"))
