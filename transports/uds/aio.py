@@ -122,6 +122,9 @@ class _AsyncBase(Endpoint):
             self._waiters.discard(fut)
             if timer is not None:
                 timer.cancel()
+        # Woken, then closed before we ran again: close() found ``fut`` already done.
+        if interruptible and self._closed:
+            raise ChannelClosedError(f"endpoint {self.address} was closed")
 
     async def _wait_fds(self, fds: list[int], writable: bool, deadline: Deadline,
                         interruptible: bool = True) -> None:
