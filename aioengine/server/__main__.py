@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -37,10 +38,11 @@ class BindError(Exception):
 
 def bind_listeners(host: str, port: int) -> list[socket.socket]:
     """Listening sockets on every address ``host`` resolves to, as asyncio's ``create_server``
-    opens them (SO_REUSEADDR; IPv6 sockets v6-only), so aiohttp can serve them later."""
+    opens them (``''``: every interface; SO_REUSEADDR; IPv6 sockets v6-only), so aiohttp can
+    serve them later. With ``port`` 0 they all share the first one's free port."""
     where = f"cannot serve on {host}:{port}"
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
                                    flags=socket.AI_PASSIVE)
     except OSError as e:
         raise BindError(f"{where}: {e}") from e
@@ -52,6 +54,8 @@ def bind_listeners(host: str, port: int) -> list[socket.socket]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(socks) > 1:  # one server, one port (each 0 would differ)
+                addr = (addr[0], socks[0].getsockname()[1], *addr[2:])
             sock.bind(addr)
             sock.listen(_BACKLOG)
             sock.setblocking(False)
@@ -60,6 +64,12 @@ def bind_listeners(host: str, port: int) -> list[socket.socket]:
             sock.close()
         raise BindError(f"{where}: {e}") from e
     return socks
+
+
+def listen_urls(addresses: Sequence[tuple[Any, ...]]) -> list[str]:
+    """``http://`` URLs of bound socket addresses (IPv6 hosts in brackets)."""
+    return [f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}"
+            for a in addresses]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,9 +127,9 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
             try:
                 for sock in socks:
                     await web.SockSite(runner, sock).start()
-                bound = runner.addresses[0]
-                logger.info("aioengine server listening on http://%s:%d (model %r)",
-                            bound[0], bound[1], settings.model_name or config.model)
+                logger.info("aioengine server listening on %s (model %r)",
+                            " and ".join(listen_urls(runner.addresses)),
+                            settings.model_name or config.model)
                 serving = True
                 await stop.wait()
             finally:
