@@ -47,14 +47,19 @@ _FIELD = re.compile(r"(unknown|missing required) field `([^`]+)`")
 
 def from_decode_error(err: msgspec.DecodeError) -> ApiError:
     """Turn msgspec's message (``Expected `int`, got `str` - at `$.n```) into a 400 naming the
-    parameter it points at."""
+    parameter it points at; an unknown or missing field inside an object by its path
+    (``messages[1].refusal``)."""
     text = str(err)
     if isinstance(err, msgspec.ValidationError):
         field = _FIELD.search(text)
         at = _PATH.search(text)
-        param = field.group(2) if field else (at.group(1) or None) if at else None
-        if field and field.group(1) == "unknown":
-            text = f"unsupported parameter `{param}`: {text}"
+        where = at.group(1) if at else ""  # "" at the top level
+        param = where or None
+        if field:
+            name = field.group(2)
+            param = f"{where}.{name}" if where else name
+            if field.group(1) == "unknown":
+                text = f"unsupported parameter `{name}`: {text}"
         return ApiError(400, f"invalid request: {text}", param=param, code="invalid_parameter")
     return ApiError(400, f"malformed JSON body: {text}", code="invalid_json")
 

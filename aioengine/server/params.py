@@ -49,6 +49,7 @@ def check_messages(messages: list[ChatMessage]) -> None:
                            "message's tool_calls (by tool_call_id), and this server does not "
                            "support tool calls", param=f"messages[{i}].role",
                            code="unsupported_parameter")
+        _check_assistant_fields(i, m)
         if m.content is None or m.content is UNSET:
             sent = "missing" if m.content is UNSET else "null"
             why = (" (only an assistant message with tool_calls may leave it out, and this "
@@ -56,6 +57,26 @@ def check_messages(messages: list[ChatMessage]) -> None:
             raise ApiError(400, f"messages[{i}]: a '{m.role}' message must have content, a "
                            f"string or a list of text parts; its content is {sent}{why}",
                            param=f"messages[{i}].content", code="missing_required_parameter")
+
+
+_ASSISTANT_FIELDS = {"tool_calls": "this server does not support tool calls",
+                     "function_call": "this server does not support tool calls",
+                     "refusal": "this server does not take an assistant's refusal",
+                     "audio": "this server does not take an assistant's audio"}
+
+
+def _check_assistant_fields(i: int, m: ChatMessage) -> None:
+    """Null is accepted, as OpenAI does; a value is refused, and so is the field in a message
+    of another role (OpenAI's other roles do not have it)."""
+    for name, why in _ASSISTANT_FIELDS.items():
+        value = getattr(m, name)
+        if value is UNSET or (value is None and m.role == "assistant"):
+            continue
+        if m.role != "assistant":
+            why = f"only an assistant message has it, not a '{m.role}' message"
+        raise ApiError(400, f"unsupported parameter `{name}` in messages[{i}]: {why} (send "
+                       "null or leave it out)", param=f"messages[{i}].{name}",
+                       code="unsupported_parameter")
 
 
 def chat_params(req: ChatCompletionRequest, default_max_tokens: int) -> SamplingParams:

@@ -7,7 +7,7 @@ feature (``tools``, ``logit_bias``) gets a 400 naming it instead of a surprising
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -33,6 +33,12 @@ class ChatMessage(msgspec.Struct, forbid_unknown_fields=True):
     # ``params.check_messages`` refuses both, as OpenAI does without tool_calls.
     content: str | Annotated[list[TextPart], Meta(min_length=1)] | UnsetType | None = UNSET
     name: str | None = None
+    # An assistant's fields in OpenAI's API: null means "none" (replayed histories carry it);
+    # ``params.check_messages`` refuses a value (no tool calls, refusals or audio here).
+    refusal: str | UnsetType | None = UNSET
+    tool_calls: list[Any] | UnsetType | None = UNSET
+    function_call: dict[str, Any] | UnsetType | None = UNSET
+    audio: dict[str, Any] | UnsetType | None = UNSET
 
     def as_template_dict(self) -> dict[str, str]:
         if isinstance(self.content, list):

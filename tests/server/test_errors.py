@@ -43,7 +43,7 @@ CASES = [
      400, "messages[1].content", "its content is null (only an assistant message with "
      "tool_calls may leave it out, and this server does not support tool calls)"),
     ("/v1/chat/completions", {"messages": [*USER, {"role": "assistant", "tool_calls": []}]},
-     400, "tool_calls", "unsupported parameter `tool_calls`"),
+     400, "messages[1].tool_calls", "unsupported parameter `tool_calls`"),
     ("/v1/chat/completions", {"messages": [*USER, {"role": "tool", "content": "42"}]}, 400,
      "messages[1].role", "messages[1]: a 'tool' message answers an assistant message's "
      "tool_calls"),
