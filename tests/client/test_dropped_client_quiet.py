@@ -15,13 +15,9 @@ from aioengine import AsyncMPClient, SamplingParams
 from tests.client.conftest import tiny_config
 
 SHORT = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
-_ZMQ = pytest.mark.xfail(strict=True, reason=(
-    "transports/zmq/aio.py _wait() returns normally when the fd woke its future before close(), "
-    "so the output task reads the closed socket and logs 'output task failed' (ZMQError); see "
-    "tests/transports/test_close_after_wakeup.py"))
 
 
-@pytest.mark.parametrize("transport", ["shm", "uds", pytest.param("zmq", marks=_ZMQ)])
+@pytest.mark.parametrize("transport", ["shm", "uds", "zmq"])
 def test_dropped_client_logs_no_failure(transport: str,
                                         caplog: pytest.LogCaptureFixture) -> None:
     async def run() -> list[int]:

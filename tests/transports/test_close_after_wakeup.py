@@ -13,18 +13,8 @@ import pytest
 import transports as T
 from tests.transports.conftest import run
 
-_ZMQ_REASON = (
-    "transports/zmq/aio.py: _wait() returns normally when the fd woke its future before close(); "
-    "recv() then reads the closed socket (zmq.error.ZMQError 'Socket operation on non-socket'). "
-    "Fix: after `await fut` in _wait, raise ChannelClosedError if self._closed")
 
-
-def _mark(transport: str) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.xfail(strict=True, reason=_ZMQ_REASON)] if transport == "zmq" else []
-
-
-@pytest.mark.parametrize("transport", [
-    pytest.param(name, marks=_mark(name)) for name in T.transport_names()])
+@pytest.mark.parametrize("transport", T.transport_names())
 def test_close_between_wakeup_and_resume_is_a_clean_close(transport: str) -> None:
     async def body() -> None:
         w = await T.open_async_writer(transport)

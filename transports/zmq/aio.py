@@ -111,6 +111,9 @@ class _AsyncBase(Endpoint):
             self._fd_waiters.discard(fut)
             if timer is not None:
                 timer.cancel()
+        # Woken, then closed before we ran again: close() found ``fut`` already done.
+        if self._closed:
+            raise ChannelClosedError(f"endpoint {self.address} was closed")
 
     def _fd_ready(self) -> None:
         woke = False
