@@ -19,6 +19,7 @@ DEVICES = ("auto", "cpu", "cuda")
 EXECUTORS = ("auto", "uniproc", "mp")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 DETOKENIZE_IN = ("host", "engine", "process")
+CPU_DECODE_ATTENTION = ("auto", "kernel", "sdpa")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class EngineConfig:
     """torch intra-op threads per rank; None: (usable CPUs - 1) // tensor_parallel_size, at
     least 1 — one core stays free for the host and the I/O threads, because an oversubscribed
     OpenMP pool spins and runs 10x slower than one thread (measured on 2 cores)."""
+    cpu_decode_attention: str = "auto"
+    """Decode attention on CPU in float32: ``kernel`` (a C kernel compiled on first use with
+    the system compiler, ``$AIOENGINE_CC`` or ``cc``, cached under ``$AIOENGINE_CACHE/kernels``;
+    an error if it cannot be built), ``sdpa`` (torch SDPA), or ``auto`` (the kernel; SDPA with
+    one warning when it cannot be built). Other devices and dtypes always use SDPA."""
     dist_init_addr: str | None = None
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -86,6 +92,7 @@ class EngineConfig:
         _one_of("executor", self.executor, EXECUTORS)
         _one_of("load_format", self.load_format, LOAD_FORMATS)
         _one_of("detokenize_in", self.detokenize_in, DETOKENIZE_IN)
+        _one_of("cpu_decode_attention", self.cpu_decode_attention, CPU_DECODE_ATTENTION)
         scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
         if scheme not in TRANSPORT_SCHEMES:
             raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "
@@ -168,7 +175,8 @@ class EngineConfig:
 
 
 _CHOICES = {"dtype": DTYPES, "device": DEVICES, "executor": EXECUTORS,
-            "load_format": LOAD_FORMATS, "detokenize_in": DETOKENIZE_IN}
+            "load_format": LOAD_FORMATS, "detokenize_in": DETOKENIZE_IN,
+            "cpu_decode_attention": CPU_DECODE_ATTENTION}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -23,6 +23,7 @@ from aioengine.hub import read_model_info, resolve_model
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.messages.worker_io import PREVIOUS_TOKEN, SampledToken, StepInput, StepResult
 from aioengine.worker.attention import build_attention_metadata
+from aioengine.worker.attention.cpu_kernel import select_decode_kernel
 from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, max_context_len
 from aioengine.worker.kv_cache import allocate_kv_cache
 from aioengine.worker.loader import load_model
@@ -55,6 +56,8 @@ class ModelRunner:
         self.spec = self.model.spec
         self.device = self.model.device
         self.dtype = self.model.dtype
+        self.decode_kernel = select_decode_kernel(config.cpu_decode_attention, self.device,
+                                                  self.dtype)
         self.max_model_len = max_context_len(config, self.spec)
         self.eos_token_ids = tuple(read_model_info(resolved.model_path).eos_token_ids)
         self.sampler = Sampler(self.spec.vocab_size, seed=config.seed)
@@ -151,7 +154,8 @@ class ModelRunner:
                 sample_states.append(state)
         self._check_ids(step.step_id, input_ids, max_block)
 
-        meta = build_attention_metadata(layout, self.config.block_size, self.device)
+        meta = build_attention_metadata(layout, self.config.block_size, self.device,
+                                        decode_kernel=self.decode_kernel)
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         hidden = self.model(ids, meta.positions, meta, self.kv_caches)
         if not sample_rows:

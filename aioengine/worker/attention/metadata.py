@@ -3,10 +3,12 @@
 A step is a flat batch of T tokens: chunk i contributes ``num_tokens`` tokens at positions
 ``start_pos .. start_pos+num_tokens-1`` of its sequence, whose KV lives in the blocks of its
 ``block_table`` (slot of position p = ``block_table[p // block_size] * block_size +
-p % block_size``). Chunks of one token (decodes) whose blocks form one run of adjacent ids are
-attended on a view of the cache (a "span", no copy); the other decodes in padded buckets of
-similar length (``decode_buckets``), gathered block by block; longer chunks (prefills) in
-padded groups, or alone when padding would waste too much. Everything here is vectorised
+p % block_size``). Chunks of one token (decodes) go to the compiled CPU kernel when the step
+has one (every decode in one call per layer, its blocks read in place). Without it, decodes
+whose blocks form one run of adjacent ids are attended on a view of the cache (a "span", no
+copy); the other decodes in padded buckets of similar length (``decode_buckets``), gathered
+block by block. Longer chunks (prefills) go in padded groups, or alone when padding would
+waste too much. Everything here is vectorised
 tensor work; the only Python loops are over chunks.
 """
 
@@ -14,10 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from aioengine.worker.attention.buckets import DECODE_BUCKET_COST, decode_buckets
+
+if TYPE_CHECKING:
+    from aioengine.worker.attention.cpu_kernel import PagedDecodeKernel
 
 Chunk = tuple[int, int, Sequence[int]]
 """``(start_pos, num_tokens, block_table)`` of one sequence in this step."""
@@ -47,14 +53,19 @@ class DecodeBucket:
 
 @dataclass
 class DecodeGroup:
-    """All one-token chunks: first the spans, then bucket by bucket (see
-    ``buckets.decode_buckets``; bucket rows ``lo:hi`` count the spans before them)."""
+    """All one-token chunks. With ``kernel``: in chunk order, all in one kernel call per layer
+    over ``block_tables``/``context_lens`` (no spans, no buckets). Without: first the spans,
+    then bucket by bucket (see ``buckets.decode_buckets``; bucket rows ``lo:hi`` count the
+    spans before them)."""
 
     token_index: torch.Tensor | None  # [B] rows of the flat batch; None: all T rows, in order
     buckets: list[DecodeBucket]
     # Row i < len(spans): keys are the slots ``first:first + length`` of the cache, one run of
     # blocks, viewed in place.
     spans: list[tuple[int, int]] = field(default_factory=list)
+    kernel: PagedDecodeKernel | None = None
+    block_tables: torch.Tensor | None = None  # [B, max_blocks] int64, with the kernel
+    context_lens: torch.Tensor | None = None  # [B] int64, with the kernel
 
 
 @dataclass
@@ -96,8 +107,11 @@ class AttentionMetadata:
 def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
                              device: torch.device | str = "cpu", *,
                              bucket_cost: int = DECODE_BUCKET_COST,
-                             span_min_keys: int | None = -1) -> AttentionMetadata:
+                             span_min_keys: int | None = -1,
+                             decode_kernel: PagedDecodeKernel | None = None) -> AttentionMetadata:
     """Validate the chunks and precompute every index and mask a forward pass needs.
+    ``decode_kernel``: attend every decode with this compiled CPU kernel (see ``cpu_kernel``;
+    CPU only), so no spans or buckets are built.
     ``bucket_cost``: see ``decode_buckets`` (0 splits decodes at every distinct length).
     ``span_min_keys``: shortest decode context attended as a span; None: never (gather every
     decode); -1: ``DECODE_SPAN_MIN_KEYS`` on CPU, never elsewhere (on a GPU a gather is cheap
@@ -112,6 +126,8 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
         raise ValueError(f"span_min_keys must be >= 1, None or -1, got {span_min_keys}")
     if not chunks:
         raise ValueError("a step needs at least one chunk")
+    if decode_kernel is not None and torch.device(device).type != "cpu":
+        raise ValueError(f"the decode kernel runs on CPU; this step is for {device}")
     starts: list[int] = []
     lens: list[int] = []
     ctxs: list[int] = []
@@ -156,7 +172,9 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
     decode_ids = [i for i in range(n) if lens[i] == 1]
     prefill_ids = [i for i in range(n) if lens[i] > 1]
     decode = None
-    if decode_ids:
+    if decode_ids and decode_kernel is not None:
+        decode = _kernel_decode_group(decode_ids, total, qsl, table_t, ctx_t, decode_kernel)
+    elif decode_ids:
         span_ids: list[int] = []
         if span_min_keys is not None:
             span_ids = [i for i in decode_ids if ctxs[i] >= span_min_keys and _is_run(tables[i])]
@@ -192,6 +210,16 @@ def _is_run(table: Sequence[int]) -> bool:
     first = table[0]
     # Compared as lists in C: a generator over the blocks cost ~2 us per decode per step.
     return list(table) == list(range(first, first + len(table)))
+
+
+def _kernel_decode_group(ids: list[int], total: int, qsl: torch.Tensor, tables: torch.Tensor,
+                         ctx: torch.Tensor, kernel: PagedDecodeKernel) -> DecodeGroup:
+    """The decodes in chunk order, for one kernel call: its tables, lengths and token rows."""
+    if len(ids) == total:  # every chunk is a decode: rows 0..B-1, tables as they are
+        return DecodeGroup(None, [], kernel=kernel, block_tables=tables, context_lens=ctx)
+    idx = torch.tensor(ids, dtype=torch.long)
+    return DecodeGroup(qsl[idx], [], kernel=kernel, block_tables=tables[idx],
+                       context_lens=ctx[idx])
 
 
 def _decode_group(span_ids: list[int], buckets: list[list[int]], ctxs: list[int], total: int,

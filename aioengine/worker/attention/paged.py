@@ -44,9 +44,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
     """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` of this step -> output ``[T, Hq, D]``."""
     write_kv(kv_cache, k, v, meta.slot_mapping)
     dec = meta.decode
-    if dec is not None and dec.token_index is None:  # a pure decode step in order: no scatter
+    if dec is not None and dec.kernel is not None:
+        # Reads the decode rows of q and writes those of out in place: no gather, no scatter.
+        assert dec.block_tables is not None and dec.context_lens is not None
+        out = dec.kernel(q, kv_cache, dec.block_tables, dec.context_lens, scale,
+                         torch.empty(q.shape, dtype=q.dtype), dec.token_index)
+        dec = None
+    elif dec is not None and dec.token_index is None:  # pure decode step in order: no scatter
         return _decode(q, kv_cache, dec, scale)
-    out = torch.empty_like(q)
+    else:
+        out = torch.empty_like(q)
     if dec is not None:
         assert dec.token_index is not None
         res = _decode(q.index_select(0, dec.token_index), kv_cache, dec, scale)

@@ -1,0 +1,127 @@
+"""The compiled decode kernel, loaded with ctypes: shape, dtype and layout checks in Python
+(a few attribute reads per layer), then one C call that releases the GIL."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+import torch
+
+from aioengine.worker.attention.cpu_kernel.build import KernelBuildError, ensure_built
+
+logger = logging.getLogger(__name__)
+
+KERNEL_MODES = ("auto", "kernel", "sdpa")
+
+_ERRORS = {
+    -1: "a context length is < 1 or longer than its block table holds",
+    -2: "a block id is outside the KV cache",
+    -3: "out of memory for the score scratch",
+    -4: "bad head counts or sizes",
+    -5: "a row index is outside q/out",
+}
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+_ARGTYPES = (_P, _I, _P, _I, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, ctypes.c_float)
+
+
+class DecodeKernelError(ValueError):
+    """Inputs the decode kernel cannot take (wrong dtype, device, layout or shape, ids out of
+    range): the message names which."""
+
+
+class PagedDecodeKernel:
+    """``kernel(q, kv_cache, block_tables, context_lens, scale, out, rows)``: attention of one
+    query token per sequence over its paged KV, written into ``out``."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
+        fn = lib.paged_decode_attention
+        fn.argtypes = _ARGTYPES
+        fn.restype = ctypes.c_int
+        self.path = path
+        self._lib = lib  # keeps the library mapped as long as the function is used
+        self._fn = fn
+
+    def __call__(self, q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor, scale: float, out: torch.Tensor,
+                 rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``q`` ``[T, Hq, D]`` float32 (rows may be strided, each row's ``[Hq, D]``
+        contiguous); ``kv_cache`` ``[2, Hkv, num_blocks, block_size, D]`` contiguous float32;
+        ``block_tables`` ``[B, max_blocks]`` and ``context_lens`` ``[B]`` int64; ``out``
+        ``[T, Hq, D]`` contiguous float32. Sequence b uses row ``rows[b]`` of q and out
+        (``rows`` int64 ``[B]``; None: row b). Returns ``out``."""
+        if q.dtype != torch.float32 or kv_cache.dtype != torch.float32 \
+                or out.dtype != torch.float32:
+            raise DecodeKernelError(f"q, kv_cache and out must be float32, got {q.dtype}, "
+                                    f"{kv_cache.dtype}, {out.dtype}")
+        if q.device.type != "cpu" or kv_cache.device.type != "cpu":
+            raise DecodeKernelError(f"the decode kernel runs on CPU tensors, got q on "
+                                    f"{q.device} and kv_cache on {kv_cache.device}")
+        if kv_cache.dim() != 5 or kv_cache.shape[0] != 2 or not kv_cache.is_contiguous():
+            raise DecodeKernelError("kv_cache must be a contiguous [2, Hkv, num_blocks, "
+                                    f"block_size, D] tensor, got shape {tuple(kv_cache.shape)}")
+        _, hkv, num_blocks, bs, d = kv_cache.shape
+        if q.dim() != 3 or q.shape[2] != d or q.stride(2) != 1 or q.stride(1) != d:
+            raise DecodeKernelError(f"q must be [T, Hq, {d}] with each row's [Hq, D] "
+                                    f"contiguous, got shape {tuple(q.shape)} strides "
+                                    f"{q.stride()}")
+        t, hq = q.shape[0], q.shape[1]
+        if hq % hkv:
+            raise DecodeKernelError(f"{hq} query heads do not divide into {hkv} kv heads")
+        if out.shape != q.shape or not out.is_contiguous():
+            raise DecodeKernelError(f"out must be contiguous with q's shape {tuple(q.shape)}, "
+                                    f"got {tuple(out.shape)}")
+        if block_tables.dtype != torch.int64 or block_tables.dim() != 2 \
+                or not block_tables.is_contiguous():
+            raise DecodeKernelError("block_tables must be a contiguous int64 [B, max_blocks] "
+                                    f"tensor, got {block_tables.dtype} "
+                                    f"{tuple(block_tables.shape)}")
+        b, max_blocks = block_tables.shape
+        if context_lens.dtype != torch.int64 or context_lens.shape != (b,) \
+                or not context_lens.is_contiguous():
+            raise DecodeKernelError(f"context_lens must be a contiguous int64 [{b}] tensor, got "
+                                    f"{context_lens.dtype} {tuple(context_lens.shape)}")
+        if rows is not None and (rows.dtype != torch.int64 or rows.shape != (b,)
+                                 or not rows.is_contiguous()):
+            raise DecodeKernelError(f"rows must be a contiguous int64 [{b}] tensor, got "
+                                    f"{rows.dtype} {tuple(rows.shape)}")
+        code = self._fn(q.data_ptr(), q.stride(0), None if rows is None else rows.data_ptr(), t,
+                        kv_cache.data_ptr(), block_tables.data_ptr(), context_lens.data_ptr(),
+                        out.data_ptr(), b, hq, hkv, d, bs, num_blocks, max_blocks, scale)
+        if code:
+            raise DecodeKernelError(f"decode kernel rejected its inputs: "
+                                    f"{_ERRORS.get(code, f'error {code}')} (B={b}, T={t}, "
+                                    f"num_blocks={num_blocks}, block_size={bs}, "
+                                    f"max_blocks={max_blocks})")
+        return out
+
+
+def load_decode_kernel(compiler: str | None = None) -> PagedDecodeKernel:
+    """Build (once per machine, see ``build``) and load the kernel; ``KernelBuildError`` if it
+    cannot be built or loaded here."""
+    return PagedDecodeKernel(str(ensure_built(compiler)))
+
+
+def select_decode_kernel(mode: str, device: torch.device | str,
+                         dtype: torch.dtype) -> PagedDecodeKernel | None:
+    """The kernel for CPU float32 decode under ``mode`` (``EngineConfig.cpu_decode_attention``):
+    ``sdpa``: None (torch SDPA); ``kernel``: the kernel, or ``KernelBuildError``; ``auto``: the
+    kernel, or None with one warning saying why it could not be built. Other devices and dtypes
+    always get None (their SDPA path is unchanged)."""
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"cpu_decode_attention must be one of {KERNEL_MODES}, got {mode!r}")
+    if mode == "sdpa" or torch.device(device).type != "cpu" or dtype != torch.float32:
+        return None
+    if mode == "kernel":
+        return load_decode_kernel()
+    try:
+        return load_decode_kernel()
+    except KernelBuildError as e:
+        logger.warning("CPU decode attention falls back to torch SDPA: %s", e)
+        return None

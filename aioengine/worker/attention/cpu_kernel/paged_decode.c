@@ -1,0 +1,198 @@
+/* Paged decode attention on CPU: one query token per sequence, keys and values read straight
+ * out of the block-structured KV cache (no gather, no contiguity requirement).
+ *
+ * Cache of one layer: [2, Hkv, num_blocks, bs, D] float32 (k, v); a block of one head is one
+ * contiguous [bs, D] matrix. Query head h reads kv head h / (Hq / Hkv) (grouped-query
+ * attention): the G query heads of a kv head are done together, so each key and value row is
+ * loaded once for all of them.
+ *
+ * Numerics: fp32 throughout, a two-pass softmax over a scratch row of scores (scores, their
+ * max, then exp(s - max) and their sum, then the weighted sum of values), so it is stable for
+ * any score range.
+ *
+ * Single-threaded on purpose: each model process runs one torch intra-op thread here, and an
+ * OpenMP version would bring libgomp into a process whose torch already runs its own OpenMP
+ * runtime (two spinning pools oversubscribe the cores; mixing the runtimes is unsupported).
+ * The only OpenMP used is `#pragma omp simd` under -fopenmp-simd: a vectorization hint that
+ * links no runtime. Plain C99, no torch headers: it builds in well under a second.
+ */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PD_OK 0
+#define PD_BAD_CONTEXT_LEN -1
+#define PD_BAD_BLOCK_ID -2
+#define PD_NO_MEMORY -3
+#define PD_BAD_SHAPE -4
+#define PD_BAD_ROW -5
+
+/* exp(x) for x <= 0 (scores minus their max), branch-free so the loop around it vectorizes:
+ * Cody-Waite range reduction x = n ln2 + r, a degree-6 polynomial for e^r (the Cephes expf
+ * coefficients, ~1 ulp), and 2^n put straight into the exponent bits. Below -87 (e^-87 ~ 1e-38,
+ * nothing next to the max's weight of 1) the input is clamped, keeping 2^n a normal float. */
+static inline float exp_nonpositive(float x) {
+    x = x > -87.0f ? x : -87.0f;
+    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } tb = {t}, sb;
+    sb.i = (tb.i - 0x4B400000 + 127) << 23; /* n + bias, in the exponent field */
+    return p * sb.f;
+}
+
+static inline float dot(const float *restrict a, const float *restrict b, int64_t d) {
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < d; i++)
+        acc += a[i] * b[i];
+    return acc;
+}
+
+/* Ask for block j + 1 while block j is worked on, when it is not the adjacent one (those the
+ * hardware prefetcher streams already): on blocks scattered over the cache a layer of 32
+ * decodes ran 1.2-1.27x faster (~2.0 -> ~1.6 ms); on runs of adjacent blocks no change. */
+static inline void prefetch_next(const float *plane, const int64_t *table, int64_t j,
+                                 int64_t nblocks, int64_t block_floats) {
+    if (j + 1 < nblocks && table[j + 1] != table[j] + 1) {
+        const float *next = plane + table[j + 1] * block_floats;
+        for (int64_t o = 0; o < block_floats; o += 16) /* one 64-byte line per prefetch */
+            __builtin_prefetch(next + o);
+    }
+}
+
+/* One (sequence, kv head): the G query rows `qs` (already scaled) attend over `ctx` keys.
+ * `scores`: G * ctx floats; `acc`: D floats. Inlined per head dim so D is a constant. */
+static inline __attribute__((always_inline)) void attend_head(
+        const float *restrict qs, const float *restrict kplane, const float *restrict vplane,
+        const int64_t *restrict table, int64_t ctx, int64_t G, int64_t D, int64_t bs,
+        float *restrict scores, float *restrict acc, float *restrict out) {
+    int64_t nblocks = (ctx + bs - 1) / bs;
+    /* Scores: each key row is loaded once for the G query heads. */
+    for (int64_t j = 0; j < nblocks; j++) {
+        const float *kb = kplane + table[j] * bs * D;
+        int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
+        prefetch_next(kplane, table, j, nblocks, bs * D);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t g = 0; g < G; g++)
+                scores[g * ctx + j * bs + t] = dot(qs + g * D, kb + t * D, D);
+    }
+    for (int64_t g = 0; g < G; g++) {
+        float *restrict s = scores + g * ctx;
+        float m = s[0];
+#pragma omp simd reduction(max : m)
+        for (int64_t i = 1; i < ctx; i++)
+            m = s[i] > m ? s[i] : m;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < ctx; i++) {
+            float e = exp_nonpositive(s[i] - m);
+            s[i] = e;
+            sum += e;
+        }
+        /* Weighted sum of the value rows, one query head at a time: its D accumulators stay
+         * in registers across the rows (re-reading a block's values per head hits L1). */
+        memset(acc, 0, (size_t)D * sizeof(float));
+        for (int64_t j = 0; j < nblocks; j++) {
+            const float *restrict vb = vplane + table[j] * bs * D;
+            const float *restrict p = s + j * bs;
+            int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
+            if (g == 0)
+                prefetch_next(vplane, table, j, nblocks, bs * D);
+            for (int64_t t = 0; t < n; t++) {
+#pragma omp simd
+                for (int64_t i = 0; i < D; i++)
+                    acc[i] += p[t] * vb[t * D + i];
+            }
+        }
+        float inv = 1.0f / sum;
+        float *restrict o = out + g * D;
+#pragma omp simd
+        for (int64_t i = 0; i < D; i++)
+            o[i] = acc[i] * inv;
+    }
+}
+
+static inline __attribute__((always_inline)) void run_batch(
+        const float *restrict q, int64_t q_stride, const int64_t *restrict rows,
+        const float *restrict kv, const int64_t *restrict block_tables,
+        const int64_t *restrict context_lens, float *restrict out, int64_t B, int64_t Hq,
+        int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks, int64_t max_blocks,
+        float scale, float *restrict scratch, int64_t max_ctx) {
+    int64_t G = Hq / Hkv;
+    float *qs = scratch;
+    float *acc = qs + G * D;
+    float *scores = acc + D;
+    int64_t plane = num_blocks * bs * D; /* one head's k (or v) of every block */
+    (void)max_ctx;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t row = rows ? rows[b] : b;
+        const float *qrow = q + row * q_stride;
+        float *orow = out + row * Hq * D;
+        const int64_t *table = block_tables + b * max_blocks;
+        for (int64_t h = 0; h < Hkv; h++) {
+            const float *qh = qrow + h * G * D;
+#pragma omp simd
+            for (int64_t i = 0; i < G * D; i++)
+                qs[i] = qh[i] * scale;
+            attend_head(qs, kv + h * plane, kv + (Hkv + h) * plane, table, context_lens[b], G,
+                        D, bs, scores, acc, orow + h * G * D);
+        }
+    }
+}
+
+/* q: num_rows rows of [Hq, D] floats, row r at q + r * q_stride; out: num_rows contiguous
+ * rows of [Hq, D]. Sequence b reads query row rows[b] and writes output row rows[b] (rows may
+ * be NULL: row b).
+ * block_tables: [B, max_blocks] block ids; context_lens: [B] keys per sequence (its new token
+ * included). Every id and length is checked before anything is read: returns PD_OK, or a
+ * negative PD_* code (nothing written) naming what was wrong. */
+int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows,
+                           int64_t num_rows, const float *kv, const int64_t *block_tables,
+                           const int64_t *context_lens, float *out, int64_t B, int64_t Hq,
+                           int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks,
+                           int64_t max_blocks, float scale) {
+    if (B < 0 || Hkv < 1 || Hq < Hkv || Hq % Hkv || D < 1 || bs < 1 || max_blocks < 0)
+        return PD_BAD_SHAPE;
+    if (!rows && B > num_rows)
+        return PD_BAD_ROW;
+    int64_t max_ctx = 1;
+    for (int64_t b = 0; b < B; b++) {
+        if (rows && (rows[b] < 0 || rows[b] >= num_rows))
+            return PD_BAD_ROW;
+        int64_t ctx = context_lens[b];
+        if (ctx < 1 || ctx > max_blocks * bs)
+            return PD_BAD_CONTEXT_LEN;
+        max_ctx = ctx > max_ctx ? ctx : max_ctx;
+        const int64_t *table = block_tables + b * max_blocks;
+        for (int64_t j = 0; j < (ctx + bs - 1) / bs; j++)
+            if (table[j] < 0 || table[j] >= num_blocks)
+                return PD_BAD_BLOCK_ID;
+    }
+    int64_t G = Hq / Hkv;
+    float *scratch = malloc((size_t)(G * D + D + G * max_ctx) * sizeof(float));
+    if (!scratch)
+        return PD_NO_MEMORY;
+    /* Common head dims get their own copy with D a constant (unrolled, no remainder loops). */
+#define PD_RUN(DIM) run_batch(q, q_stride, rows, kv, block_tables, context_lens, out, B, Hq, \
+                              Hkv, DIM, bs, num_blocks, max_blocks, scale, scratch, max_ctx)
+    switch (D) {
+    case 32: PD_RUN(32); break;
+    case 64: PD_RUN(64); break;
+    case 128: PD_RUN(128); break;
+    default: PD_RUN(D); break;
+    }
+#undef PD_RUN
+    free(scratch);
+    return PD_OK;
+}
