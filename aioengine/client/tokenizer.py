@@ -5,13 +5,28 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders
 
 from aioengine.client.chat_template import ChatMessage, ChatTemplate, pick_template
-from aioengine.engine.detokenize import IncrementalDetokenizer, load_hf_tokenizer
+from aioengine.engine.detokenize import REPLACEMENT, IncrementalDetokenizer, load_hf_tokenizer
+
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback
+
+
+def _byte_level_chars() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's ``bytes_to_unicode``), read backwards: the byte each
+    character of a token's vocabulary entry stands for."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+                 *range(ord("\xae"), ord("\xff") + 1)]
+    chars = {chr(b): b for b in printable}
+    shifted = (b for b in range(256) if b not in chars.values())
+    chars.update({chr(256 + n): b for n, b in enumerate(shifted)})
+    return chars
 
 
 def _token_text(value: Any) -> str | None:
@@ -37,6 +52,8 @@ class Tokenizer:
         self.chat_template = (ChatTemplate(source, bos_token=self.bos_token,
                                            eos_token=self.eos_token) if source else None)
         self.vocab_size = hf.get_vocab_size(with_added_tokens=True)
+        self._byte_chars = (_byte_level_chars() if isinstance(hf.decoder, decoders.ByteLevel)
+                            else None)
 
     @classmethod
     def from_dir(cls, path: str) -> Tokenizer:
@@ -65,6 +82,22 @@ class Tokenizer:
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.hf.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for: where its text alone is U+FFFD (it holds part of a
+        multi-byte character) the raw bytes from its vocabulary entry, so that the bytes of
+        the tokens splitting a character join into it (OpenAI's logprobs ``bytes``)."""
+        text = self.hf.decode([token_id], skip_special_tokens=False)
+        piece = self.hf.id_to_token(token_id) if REPLACEMENT in text else None
+        if piece is None:
+            return text.encode()
+        byte = _BYTE_TOKEN.fullmatch(piece)
+        if byte is not None:
+            return bytes([int(byte.group(1), 16)])
+        chars = self._byte_chars
+        if chars is not None and all(c in chars for c in piece):
+            return bytes(chars[c] for c in piece)
+        return text.encode()
 
     def detokenizer(self, prompt_token_ids: list[int],
                     skip_special_tokens: bool = True) -> IncrementalDetokenizer:

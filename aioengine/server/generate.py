@@ -101,7 +101,7 @@ class GenerateHandlers:
         def start(i: int) -> AsyncIterator[Any]:
             return self._client.chat(messages, seeded(params, i))
 
-        fmt = ChatFormat(self._model, self._token_text)
+        fmt = ChatFormat(self._model, self._token_text, self._tokenizer.token_bytes)
         return await self._run(request, "chat", req, start, fmt, params.logprobs is not None)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

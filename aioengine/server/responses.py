@@ -16,6 +16,7 @@ from aioengine.messages import TokenLogprob
 from aioengine.server.logprob_spans import TokenSpans
 
 TokenText = Callable[[int], str]
+TokenBytes = Callable[[int], bytes]
 Json = dict[str, Any]
 Logprobs = list[tuple[TokenLogprob, int]]
 """Logprob entries of the tokens that make up the returned text, each with its offset there."""
@@ -140,10 +141,15 @@ class ChatFormat(_Format):
                 "logprobs": self.logprobs(state.logprobs) if state.wants_logprobs else None,
                 "finish_reason": state.finish_reason}
 
+    def __init__(self, model: str, token_text: TokenText, token_bytes: TokenBytes) -> None:
+        super().__init__(model, token_text)
+        self.token_bytes = token_bytes
+
     def logprobs(self, entries: Logprobs) -> Json:
         def item(token_id: int, logprob: float) -> Json:
-            text = self._token(token_id)
-            return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+            # The token's own bytes: those of tokens splitting a character join into it.
+            return {"token": self._token(token_id), "logprob": logprob,
+                    "bytes": list(self.token_bytes(token_id))}
 
         return {"content": [{**item(e.token_id, e.logprob),
                              "top_logprobs": [item(t, lp) for t, lp in e.top]}
