@@ -1,4 +1,6 @@
-"""Paged attention with torch SDPA: write this step's k/v into the cache, then attend.
+"""Paged attention: write this step's k/v into the cache, then attend. Prefills (and every
+decode on GPU or in half precision) use torch SDPA; CPU float32 decodes the compiled kernel of
+``cpu_kernel`` when the step's metadata carries one, SDPA on spans and buckets otherwise.
 
 KV cache of one layer: ``[2, num_kv_heads, num_blocks, block_size, head_dim]`` (k, v). Heads
 outermost so that gathered keys ``[B, Hkv, L, D]`` have contiguous ``[L, D]`` matrices: SDPA
