@@ -108,6 +108,15 @@ class ZmqSyncWriter(_Base, SyncWriter):
 
     def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
              timeout: float | None = None) -> None:
+        if (timeout is None and not buffers and type(header) is bytes
+                and len(header) < C.COPY_BELOW and self._ch.kind == C.PUSH):
+            # The common message (an engine's step outputs, a worker's result): as little
+            # Python as possible, see Channel.send_small; full or not ready: the general path.
+            with self._lock:
+                if self._closing or self._closed:
+                    self._check_open()
+                if self._ch.send_small(header):
+                    return
         deadline = Deadline(timeout)
         head, bufs = message_views(header, buffers)
         frames = [head, *bufs]
