@@ -65,7 +65,7 @@ async def test_chat_page_streams_reply(engine):
             try:
                 page = await browser.new_page()
                 await page.goto(str(srv.make_url("/")))
-                await page.fill("#max-tokens", "24")
+                await page.fill("#max-tokens", "128")
                 await page.fill("#temperature", "0")
                 await page.evaluate(OBSERVE)
                 await page.fill("#prompt", "Write me a poem about the sea")
@@ -82,14 +82,16 @@ async def test_chat_page_streams_reply(engine):
                     "Write me a poem about the sea"
             finally:
                 await browser.close()
-        # The reply grew in several steps, at different times, never shrinking.
+        # The reply grew in several steps, at different times, never shrinking. 128 tokens make
+        # the stream last long enough (hundreds of ms) that the browser cannot receive it in
+        # one or two reads however fast the engine runs (24 tokens arrived in ~80 ms, 2 reads).
         lengths = [n for _, n in growth if n > 0]
         assert len(set(lengths)) >= 3, growth
         assert lengths == sorted(lengths)
         assert len({t for t, n in growth if n > 0}) >= 3, growth
         # And it is what the API gives for the same conversation (greedy).
         body = {"messages": [{"role": "user", "content": "Write me a poem about the sea"}],
-                "max_tokens": 24, "temperature": 0}
+                "max_tokens": 128, "temperature": 0}
         async with aiohttp.ClientSession() as s, \
                 s.post(srv.make_url("/api/v1/chat/completions"), json=body) as resp:
             expected = (await resp.json())["choices"][0]["message"]["content"]
