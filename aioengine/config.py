@@ -76,6 +76,10 @@ class EngineConfig:
     """torch intra-op threads per rank; None: (usable CPUs - 1) // tensor_parallel_size, at
     least 1 — one core stays free for the host and the I/O threads, because an oversubscribed
     OpenMP pool spins and runs 10x slower than one thread (measured on 2 cores)."""
+    colocate_io_threads: bool = True
+    """uniproc on CPU: keep the engine process's I/O threads on the CPU its model loop runs on
+    and give them that CPU when a step has queued output, so they never hold the GIL while the
+    model computes (Linux; see docs/engine.md). Off: they run wherever the OS puts them."""
     cpu_decode_attention: str = "auto"
     """Decode attention on CPU in float32: ``kernel`` (a C kernel compiled on first use with
     the system compiler, ``$AIOENGINE_CC`` or ``cc``, cached under ``$AIOENGINE_CACHE/kernels``;

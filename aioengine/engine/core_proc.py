@@ -20,18 +20,15 @@ it) instead of waking on a timeout. Both queues are ``queue.SimpleQueue`` (C, on
 no Python-level condition): one wake-up per hand-off.
 
 Both I/O threads run under ``SCHED_BATCH`` (Linux): a batch thread that wakes up never preempts
-the thread running on the CPU it lands on, it waits for that thread's time slice. Without it, on
-a box whose other cores are busy, the output thread woke onto the model's CPU ~3 times per token
-(its queue, then the GIL) and preempted the model each time: 1076 preemptions in 2 s, 12% of the
-model thread's time (``perf`` sched trace, uniproc zmq, one core taken by another process); with
-it, 442 (tick-driven, no longer per hand-off).
+the thread running on the CPU it lands on. When the model computes on the CPU here, they also
+run on the loop's CPU and get it from the loop when a step has queued output
+(``io_threads.ModelCpuFollower``): so they never hold the GIL while the model computes.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
-import os
 import queue
 import threading
 import time
@@ -41,6 +38,7 @@ from typing import Any
 import msgspec
 
 from aioengine.config import EngineConfig
+from aioengine.engine.io_threads import ModelCpuFollower, yield_to_model
 from aioengine.messages.engine_io import (
     AbortRequests,
     AddRequest,
@@ -110,6 +108,7 @@ class EngineProc(BusyLoopTarget):
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
         self._threads: list[threading.Thread] = []
+        self._follower: ModelCpuFollower | None = None  # uniproc on CPU: see io_threads
 
     # ---- lifecycle -------------------------------------------------------------------------
     def init(self, ctx: LoopContext) -> dict[str, Any]:
@@ -125,6 +124,8 @@ class EngineProc(BusyLoopTarget):
             thread = threading.Thread(target=fn, args=(ctx,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
+        if self.config.colocate_io_threads and self.core.executor.computes_here_on_cpu:
+            self._follower = ModelCpuFollower(self._threads)
         # Everything built so far (modules, the model) lives as long as the process: keep it
         # out of the collector's scans, which otherwise stall steps and the interpreter's exit
         # for seconds on a loaded machine.
@@ -149,7 +150,12 @@ class EngineProc(BusyLoopTarget):
             self._emit(StepOutputs(deltas, time.time()))
 
     def _emit(self, msg: EngineMessage) -> None:
-        self._out_q.put((msg, self._encoder.encode(msg)))
+        self._send((msg, self._encoder.encode(msg)))
+
+    def _send(self, frame: Frame) -> None:
+        self._out_q.put(frame)
+        if self._follower is not None:
+            self._follower.hand_over()
 
     def cleanup(self) -> None:
         self._out_q.put(None)
@@ -180,7 +186,7 @@ class EngineProc(BusyLoopTarget):
                 result = UtilityResult(msg.call_id, error=f"utility {msg.method!r} returned "
                                                           f"an unencodable result: {exc}")
                 frame = self._encoder.encode(result)
-            self._out_q.put((result, frame))
+            self._send((result, frame))
 
     def _utility(self, call: UtilityCall) -> UtilityResult:
         try:
@@ -276,21 +282,6 @@ class EngineProc(BusyLoopTarget):
                 logger.exception("output channel failed")
                 ctx.request_shutdown(f"output channel failed: {type(exc).__name__}: {exc}")
                 return
-
-
-def yield_to_model() -> None:
-    """Put the calling thread under ``SCHED_BATCH``: same CPU share, but its wake-ups never
-    preempt the model's thread (see the module doc). Where that is not available (not Linux, a
-    sandbox that forbids it) the thread just keeps the default policy."""
-    setter = getattr(os, "sched_setscheduler", None)
-    batch = getattr(os, "SCHED_BATCH", None)
-    if setter is None or batch is None:
-        return
-    try:
-        setter(0, batch, os.sched_param(0))  # 0: the calling thread, on Linux
-    except OSError as exc:
-        logger.debug("SCHED_BATCH not available for %s: %s",
-                     threading.current_thread().name, exc)
 
 
 def _merge_pending(first: StepOutputs, out_q: queue.SimpleQueue[Frame | None],

@@ -27,6 +27,12 @@ class Executor(abc.ABC):
     schedules each step before the previous one's result is back, so the model never waits
     for the engine's round trip."""
 
+    @property
+    def computes_here_on_cpu(self) -> bool:
+        """True when the model computes on the CPU in the calling thread (uniproc on CPU): the
+        engine's Python threads then compete with it for the GIL."""
+        return False
+
     @abc.abstractmethod
     def start(self) -> ExecutorInfo:
         """Load the model, size and allocate the KV cache. Raises on any failure."""

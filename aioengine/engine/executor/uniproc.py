@@ -27,6 +27,10 @@ class UniprocExecutor(Executor):
         self.runner.allocate_kv_cache(blocks)
         return ExecutorInfo(num_kv_blocks=blocks)
 
+    @property
+    def computes_here_on_cpu(self) -> bool:
+        return self.runner is not None and self.runner.device.type == "cpu"
+
     def execute(self, step: StepInput) -> StepResult:
         if self.runner is None:
             raise ExecutorError("the uniproc executor is not started (or already shut down)")
