@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 # Never raise SIGPIPE in a host that did not ignore it: a dead peer is an EPIPE error instead.
-_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
+SEND_FLAGS = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 class Outbound:
@@ -18,7 +18,7 @@ class Outbound:
     def send_some(self, sock: socket.socket) -> bool:
         """Write what the socket takes now; True when the whole frame is out. Raises
         BlockingIOError when nothing could be written."""
-        n = sock.sendmsg(self.parts, (), _FLAGS)
+        n = sock.sendmsg(self.parts, (), SEND_FLAGS)
         if n:
             self.started = True
         parts = self.parts
