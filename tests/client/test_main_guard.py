@@ -42,9 +42,21 @@ STARTS = {"async": (ASYNC_BODY, "asyncio.run(main())"),
 def run_script(path: Path, timeout: float = 120.0) -> tuple[int, str, str]:
     """Run ``path``; returns (status, stdout, stderr), asserting that every process it started
     (looked for the whole time it runs) is gone after it exits."""
+    return run_interpreter([str(path)], path, stdin_file=None, timeout=timeout)[:3]
+
+
+def run_interpreter(args: list[str], path: Path, *, stdin_file: Path | None,
+                    timeout: float) -> tuple[int, str, str, list[psutil.Process]]:
+    """``python *args`` in ``path``'s directory (stdin from ``stdin_file``); the same checks as
+    ``run_script``, and also returns every process it started."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(path)], cwd=path.parent, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdin = subprocess.DEVNULL if stdin_file is None else stdin_file.open("rb")
+    try:
+        proc = subprocess.Popen([sys.executable, *args], cwd=path.parent, env=env, stdin=stdin,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        if stdin_file is not None:
+            stdin.close()  # type: ignore[union-attr]
     seen: dict[int, psutil.Process] = {}
     watched = psutil.Process(proc.pid)
     deadline = time.monotonic() + timeout
@@ -62,7 +74,7 @@ def run_script(path: Path, timeout: float = 120.0) -> tuple[int, str, str]:
     for p in alive:
         p.kill()
     assert not alive, f"processes left behind: {alive}\n{err}"
-    return proc.returncode, out, err
+    return proc.returncode, out, err, list(seen.values())
 
 
 @pytest.mark.parametrize("kind", sorted(STARTS))
@@ -95,3 +107,68 @@ def test_the_same_script_with_the_guard_works(tmp_path, kind):
     status, out, err = run_script(script)
     assert status == 0, err
     assert out.split() == ["done", "length"] or out.split() == ["done", "stop"], out
+
+
+def guarded_script(tmp_path: Path, kind: str) -> Path:
+    body, start = STARTS[kind]
+    script = tmp_path / f"guarded_{kind}.py"
+    script.write_text(textwrap.dedent(body) + GUARD + "\n" + textwrap.indent(start, "    ")
+                      + "\n")
+    return script
+
+
+STDIN_MESSAGE = (
+    "aioengine.runtime.errors.EngineStartupError: cannot start the engine's processes: the "
+    "main script was read from standard input ('<stdin>', e.g. `python - < script.py`), and "
+    "every child process must run it again (processes are started with 'spawn'): save it to a "
+    f"file and run `python file.py` (engine started under {GUARD}), or pass it with `python -c`")
+
+
+@pytest.mark.parametrize("flags", [("-",), ()], ids=["python-dash", "python-stdin"])
+@pytest.mark.parametrize("kind", sorted(STARTS))
+def test_a_script_on_stdin_fails_at_once_without_starting_a_process(tmp_path, kind, flags):
+    # spawn would make each child run a file named '<stdin>' (there is none): it died before
+    # READY with multiprocessing's FileNotFoundError traceback and 'exit code 1'.
+    script = guarded_script(tmp_path, kind)
+    status, out, err, started = run_interpreter(list(flags), script, stdin_file=script,
+                                                timeout=120.0)
+    assert status == 1, err
+    assert "done" not in out
+    assert not started, f"processes were started: {started}\n{err}"
+    assert err.count("Traceback") == 1, err  # the host's own, no child's
+    assert err.strip().splitlines()[-1] == STDIN_MESSAGE, err
+
+
+def test_the_interactive_interpreter_fed_on_stdin_works(tmp_path):
+    # `python -i` (and a terminal REPL) leave __main__.__file__ unset: children skip __main__.
+    script = guarded_script(tmp_path, "llm")
+    status, out, err, started = run_interpreter(["-i"], script, stdin_file=script,
+                                                timeout=120.0)
+    assert status == 0, err
+    assert "done length" in out or "done stop" in out, out
+    assert started, "the engine was not started"
+    assert "Traceback" not in err, err
+
+
+def test_the_same_code_with_python_c_works(tmp_path):
+    script = guarded_script(tmp_path, "async")
+    status, out, err, _ = run_interpreter(["-c", script.read_text()], script, stdin_file=None,
+                                          timeout=120.0)
+    assert status == 0, err
+    assert out.split() in (["done", "length"], ["done", "stop"]), out
+
+
+def test_a_main_script_deleted_while_it_runs_fails_at_once(tmp_path):
+    body, start = STARTS["llm"]
+    script = tmp_path / "vanishing.py"
+    script.write_text(textwrap.dedent(body) + GUARD + "\n    import os\n    os.remove(__file__)\n"
+                      + textwrap.indent(start, "    ") + "\n")
+    status, _, err, started = run_interpreter([str(script)], script, stdin_file=None,
+                                              timeout=120.0)
+    assert status == 1, err
+    assert not started, f"processes were started: {started}\n{err}"
+    assert err.strip().splitlines()[-1] == (
+        "aioengine.runtime.errors.EngineStartupError: cannot start the engine's processes: "
+        f"the main script {str(script)!r} is not a file any more, and every child process must "
+        "run it again (processes are started with 'spawn'): run the program from a file that "
+        "exists while it runs"), err
