@@ -45,7 +45,7 @@ class ModelCpuFollower:
     ``sched_getcpu``, or affinity refused (a sandbox, a cpuset that shrank)."""
 
     def __init__(self, threads: Sequence[threading.Thread]) -> None:
-        self._tids = [t.native_id for t in threads if t.native_id is not None]
+        self._threads = [t for t in threads if t.native_id is not None]
         self._getcpu = _sched_getcpu()
         self._cpu = -1
         self.active = self._getcpu is not None and hasattr(os, "sched_setaffinity")
@@ -65,7 +65,7 @@ class ModelCpuFollower:
         cpu = self._getcpu()  # type: ignore[misc]
         if cpu == self._cpu:
             return
-        for tid in self._tids:
+        for tid in self._live_tids():
             try:
                 os.sched_setaffinity(tid, (cpu,))
             except ProcessLookupError:  # a thread that already ended (shutdown): nothing to move
@@ -80,11 +80,18 @@ class ModelCpuFollower:
         self.active = False
         logger.debug("I/O threads cannot follow the model's CPU: %s", exc)
         allowed = os.sched_getaffinity(0)
-        for tid in self._tids:
+        for tid in self._live_tids():
             try:
                 os.sched_setaffinity(tid, allowed)
             except OSError:
                 pass
+
+    def _live_tids(self) -> list[int]:
+        """The ids of the threads still running: an ended thread's id is free for the kernel
+        to give to a new thread or process (of this user, maybe not of this process), which
+        must not be pinned in its place."""
+        self._threads = [t for t in self._threads if t.is_alive()]
+        return [t.native_id for t in self._threads]  # type: ignore[misc]
 
 
 def _sched_getcpu() -> Callable[[], int] | None:
