@@ -130,6 +130,9 @@ def run_busy_loop(target: TargetRef, args: bytes, events: Connection, parent_pid
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # Supervisor.spawn started us with SIGINT blocked (see there); one that came while we
+    # bootstrapped is delivered now, to on_signal.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     done = threading.Event()
     start_parent_watch(parent_pid, shutdown, done)
     sender = EventSender(events, name)

@@ -14,6 +14,7 @@ import signal
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from typing import Any
 
 from aioengine.runtime.busy_loop import TargetRef, child_main, split_target_ref
@@ -107,12 +108,21 @@ class Supervisor:
         process = ctx.Process(target=child_main, name=spec.name, daemon=False,
                               args=(spec.target, bytes(spec.args), writer, os.getpid(),
                                     spec.name))
+        # Ctrl-C signals the whole foreground group, children included. A child is born with
+        # SIGINT blocked (a thread's mask survives fork and exec) and unblocks it in
+        # run_busy_loop once its handler is in, so a Ctrl-C while it bootstraps is a clean
+        # stop, not a KeyboardInterrupt traceback from the middle of an import. Only this
+        # thread's mask, only for the spawn: the host's own SIGINT handling is untouched. The
+        # resource tracker goes first: starting it unblocks SIGINT in the calling thread.
+        resource_tracker.ensure_running()
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             process.start()
         except BaseException:
             reader.close()
             raise
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             writer.close()  # the child holds its own copy; ours would hide the child's EOF
         state.add(spec.name, process, reader)
         logger.debug("spawned %s (pid %d)", spec.name, process.pid)
