@@ -3,7 +3,10 @@
 No suite named: every suite, one after the other (``--quick``: the default quick run that
 ``make bench`` does). Progress bars go to stderr while suites run; at the end, one table per
 suite with factors against its baseline row. A suite that fails is reported (and makes the
-exit status 1) without losing the others' results.
+exit status 1) without losing the others' results. Ctrl-C ends it with one line and status 130
+at any moment: while it imports, at once; while a suite runs, once ``KeyboardInterrupt`` has
+unwound the suite (its engines shut down on the way), or at once on a second Ctrl-C or when
+that takes over ``UNWIND_DEADLINE`` seconds.
 """
 
 from __future__ import annotations
@@ -15,13 +18,26 @@ import time
 import traceback
 from dataclasses import asdict
 
-from aioengine.bench import suites
-from aioengine.bench.options import BenchOptions
-from aioengine.bench.results import Result, print_table, write_json
+from aioengine.program_interrupt import (
+    INTERRUPTED_EXIT,
+    exit_at_once_on_sigint,
+    interrupted_line,
+    unwind_on_sigint,
+    unwound,
+)
+
+PROG = "python -m aioengine.bench"
+UNWIND_DEADLINE = 20  # seconds a Ctrl-C may take to shut the suite's engines down
+if __name__ == "__main__":  # before the imports below: Ctrl-C meanwhile is one line, too
+    exit_at_once_on_sigint(PROG)
+
+from aioengine.bench import suites  # noqa: E402
+from aioengine.bench.options import BenchOptions  # noqa: E402
+from aioengine.bench.results import Result, print_table, write_json  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m aioengine.bench",
+    p = argparse.ArgumentParser(prog=PROG,
                                 description="Benchmarks of aioengine and its transports.")
     p.add_argument("suite", nargs="?", default="all", choices=["all", *suites.suite_names()],
                    help="which suite to run (default: all)")
@@ -49,6 +65,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        # From here on Ctrl-C raises KeyboardInterrupt: suites hold engines that are shut down
+        # on the way out.
+        unwind_on_sigint(PROG, UNWIND_DEADLINE)
+        return _main(argv)
+    except KeyboardInterrupt:
+        unwound()
+        print(interrupted_line(PROG), file=sys.stderr, flush=True)
+        return INTERRUPTED_EXIT
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

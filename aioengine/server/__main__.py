@@ -7,7 +7,10 @@ starts wait in the socket's backlog and are answered once it is ready.
 Being a program (not the library), it installs SIGINT/SIGTERM handlers in its own process: the
 first signal stops accepting connections, lets in-flight requests finish for ``--grace-period``
 seconds (then aborts the rest), shuts the engine down, and exits 0. A signal during engine
-start-up cancels the start-up.
+start-up (or a second one while stopping) cancels what is running, stops every child process,
+and exits 128 + the signal's number (130 for Ctrl-C) after one log line. Before ``serve`` runs
+(imports, arguments) ``aioengine.serve`` has made SIGINT exit 130 at once (nothing to stop yet);
+``serve`` puts that handler back when it is done.
 """
 
 from __future__ import annotations
@@ -34,6 +37,14 @@ _BACKLOG = 128
 
 class BindError(Exception):
     """The listening socket could not be opened (a port taken, an address not ours)."""
+
+
+class StoppedBySignal(Exception):
+    """``serve`` was cancelled by a signal: during start-up, or a second one while stopping."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
 
 
 def bind_listeners(host: str, port: int) -> list[socket.socket]:
@@ -106,17 +117,25 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
     main_task = asyncio.current_task()
     assert main_task is not None
     serving = False
+    cancelled_by: list[signal.Signals] = []
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
 
-    def on_signal(name: str) -> None:
+    def on_signal(sig: signal.Signals) -> None:
         if serving and not stop.is_set():
-            logger.info("%s: stopping (grace period %.1f s)", name, grace_period)
+            logger.info("%s: stopping (grace period %.1f s)", sig.name, grace_period)
             stop.set()
-        else:  # during start-up, or a second signal during shutdown: stop waiting
-            logger.info("%s: cancelling", name)
-            main_task.cancel()
+            return
+        # During start-up, or a second signal during shutdown: stop waiting. This is the
+        # only line: cancelling stops the engine's processes quietly.
+        if not cancelled_by:
+            logger.info("%s %s", sig.name, "again: stopping at once" if serving
+                        else "during start-up: stopping")
+        cancelled_by.append(sig)
+        main_task.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig.name)
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         async with AsyncMPClient(config) as client:
             # The app drains its generations itself (ServerSettings.shutdown_grace_period);
@@ -135,9 +154,15 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
             finally:
                 await runner.cleanup()
         logger.info("server stopped")
+    except asyncio.CancelledError:
+        if cancelled_by:
+            raise StoppedBySignal(cancelled_by[0]) from None
+        raise
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        for sig in signals:
+            loop.remove_signal_handler(sig)  # (it leaves Python's defaults)
+            if previous[sig] is not None:
+                signal.signal(sig, previous[sig])
         for sock in socks:
             sock.close()
 
@@ -166,8 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     try:
         asyncio.run(serve(config, settings, socks, args.grace_period))
-    except asyncio.CancelledError:
-        logger.info("stopped by a signal before the start-up or the shutdown completed")
+    except StoppedBySignal as e:
+        return 128 + e.signum
     except (EngineStartupError, OSError) as e:  # OSError: e.g. an unwritable model cache
         logger.error("the engine failed to start: %s", e)
         return 1
