@@ -153,9 +153,12 @@ class EngineProc(BusyLoopTarget):
         self._send((msg, self._encoder.encode(msg)))
 
     def _send(self, frame: Frame) -> None:
+        follower = self._follower
+        if follower is not None:
+            follower.expect()
         self._out_q.put(frame)
-        if self._follower is not None:
-            self._follower.hand_over()
+        if follower is not None:
+            follower.hand_over()
 
     def cleanup(self) -> None:
         self._out_q.put(None)
@@ -275,6 +278,8 @@ class EngineProc(BusyLoopTarget):
                     data = encoder.encode(merged)
             try:
                 writer.send(data)
+                if self._follower is not None:  # set by init after this thread started
+                    self._follower.sent()
             except (PeerClosedError, ChannelClosedError):
                 ctx.request_shutdown("the client closed the output channel")
                 return

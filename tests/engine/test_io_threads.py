@@ -5,11 +5,13 @@ still leaves at once, and that nothing changes where it should not (mp, the opti
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 
 import pytest
 
+from aioengine.engine import io_threads
 from aioengine.engine.io_threads import ModelCpuFollower
 from aioengine.messages import AddRequest, SamplingParams, StepOutputs
 
@@ -66,6 +68,80 @@ def test_a_thread_that_ended_is_skipped(sleepers):
     assert os.sched_getaffinity(sleepers[0].native_id) == os.sched_getaffinity(
         sleepers[1].native_id)
     assert len(os.sched_getaffinity(sleepers[0].native_id)) == 1
+
+
+class _Sender:
+    """A real thread playing the output thread: sends (records) each queued frame, then
+    acknowledges it, unless ``hold`` is set."""
+
+    def __init__(self) -> None:
+        self.frames: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self.sent: list[int] = []
+        self.hold = threading.Event()
+        self.go = threading.Event()
+        self.follower: ModelCpuFollower | None = None
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (frame := self.frames.get()) is not None:
+            if self.hold.is_set():
+                self.go.wait()
+            self.sent.append(frame)
+            assert self.follower is not None
+            self.follower.sent()
+
+    def queue(self, frame: int) -> None:
+        """What the loop does for each frame (``EngineProc._send``)."""
+        assert self.follower is not None
+        self.follower.expect()
+        self.frames.put(frame)
+        self.follower.hand_over()
+
+    def stop(self) -> None:
+        self.go.set()
+        self.frames.put(None)
+        self.thread.join(timeout=10)
+
+
+@linux_only
+def test_hand_over_returns_once_the_frame_is_sent(monkeypatch):
+    monkeypatch.setattr(io_threads, "HAND_OVER_WAIT", 30.0)  # a loaded box never times out
+    sender = _Sender()
+    try:
+        sender.follower = ModelCpuFollower([sender.thread])
+        for i in range(50):
+            sender.queue(i)
+            assert sender.sent == list(range(i + 1))  # sent before the loop goes on
+    finally:
+        sender.stop()
+
+
+@linux_only
+def test_an_output_thread_stuck_behind_a_slow_reader_never_slows_the_loop(monkeypatch):
+    monkeypatch.setattr(io_threads, "HAND_OVER_WAIT", 0.5)
+    sender = _Sender()
+    try:
+        sender.follower = ModelCpuFollower([sender.thread])
+        sender.queue(0)
+        sender.hold.set()  # the next send blocks, as on a full channel
+        start = time.monotonic()
+        for i in range(1, 41):
+            sender.queue(i)
+        # One timed-out wait, then none: 40 waits would take 20 s.
+        assert time.monotonic() - start < 5.0
+        sender.go.set()  # the reader drains: everything goes out, in order
+        deadline = time.monotonic() + 10
+        while len(sender.sent) < 41 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sender.sent == list(range(41))
+        monkeypatch.setattr(io_threads, "HAND_OVER_WAIT", 30.0)
+        sender.hold.clear()
+        for i in range(41, 51):  # caught up: the loop waits for each frame again
+            sender.queue(i)
+            assert sender.sent == list(range(i + 1))
+    finally:
+        sender.stop()
 
 
 def _io_threads(pid: int) -> dict[int, set[int]]:
