@@ -1,10 +1,15 @@
 """asyncio shm endpoints. Waits go through the running loop (``add_reader`` on the eventfd,
-the peer connection and the close eventfd), so a waiting endpoint costs the loop nothing.
-Cancelling a ``recv`` loses no message: nothing is consumed until it is returned."""
+the peer connection and the close eventfd, kept registered from the first wait until close:
+see ``aio_driver``), so a waiting endpoint costs the loop nothing. Cancelling a ``recv`` loses
+no message: nothing is consumed until it is returned.
+
+The loop holds an endpoint's driver, never the endpoint, and a dropped endpoint's finalizer
+unregisters its fds before it closes the core (which closes them: their numbers get reused)."""
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Sequence
 
 from transports._deadline import check_timeout
@@ -12,8 +17,9 @@ from transports.base import AsyncReader, AsyncWriter, Buffer, Message
 from transports.shm import options
 from transports.shm import rendezvous as R
 from transports.shm.address import parse_name
+from transports.shm.aio_driver import AsyncDriver
+from transports.shm.core import Core
 from transports.shm.reader_core import ReaderCore
-from transports.shm.waiting import run_async
 from transports.shm.writer_core import WriterCore
 
 
@@ -21,9 +27,16 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
+def _retired(endpoint: object, core: Core) -> tuple[AsyncDriver, weakref.finalize]:
+    """The endpoint's driver, and its close: at close() or when the endpoint is collected."""
+    driver = AsyncDriver()
+    return driver, weakref.finalize(endpoint, driver.retire, core)
+
+
 class ShmAsyncWriter(AsyncWriter):
     def __init__(self, core: WriterCore) -> None:
         self._core = core
+        self._driver, self._close = _retired(self, core)
 
     @property
     def address(self) -> str:
@@ -44,12 +57,12 @@ class ShmAsyncWriter(AsyncWriter):
             core.check_usable()
             core.stage(header, buffers)
             if not core.send_now():
-                await run_async(core.send_steps(deadline, timeout))
+                await self._driver.run(core.send_steps(deadline, timeout))
         finally:
             core.after_op()
 
     def close(self) -> None:
-        self._core.close()
+        self._close()
 
 
 class ShmAsyncReader(AsyncReader):
@@ -57,6 +70,7 @@ class ShmAsyncReader(AsyncReader):
 
     def __init__(self, core: ReaderCore) -> None:
         self._core = core
+        self._driver, self._close = _retired(self, core)
 
     @property
     def address(self) -> str:
@@ -77,12 +91,12 @@ class ShmAsyncReader(AsyncReader):
             msg = core.recv_now()
             if msg is not None:
                 return msg
-            return await run_async(core.recv_steps(deadline, timeout))
+            return await self._driver.run(core.recv_steps(deadline, timeout))
         finally:
             core.after_op()
 
     def close(self) -> None:
-        self._core.close()
+        self._close()
 
 
 async def open_async_writer(address: str | None, *, bind: bool = True,

@@ -1,10 +1,9 @@
 """Carrying out a ``Wait``: blocking (short adaptive spin, then poll(2)) or on an asyncio loop
-(``add_reader`` on the eventfds and sockets). The generators in the cores decide *what* to
-wait for; these drivers only decide *how*."""
+(``add_reader`` on the eventfds and sockets, see ``aio_driver``). The generators in the cores
+decide *what* to wait for; these drivers only decide *how*."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import select
 import time
@@ -127,47 +126,3 @@ class SyncDriver:
         if w.ready is not None and events:
             self.spinner.slept(time.monotonic_ns() - start)
         return frozenset(fd for fd, _ in events)
-
-
-async def run_async(gen: Generator[Wait, frozenset[int], T]) -> T:
-    """Runs an operation generator on the running loop. Cancellation closes the generator, so
-    the operation undoes whatever it had staged (nothing half-consumed stays behind)."""
-    loop = asyncio.get_running_loop()
-    try:
-        wait = next(gen)
-        while True:
-            wait = gen.send(await _wait_async(loop, wait))
-    except StopIteration as stop:
-        return stop.value
-    finally:
-        gen.close()
-
-
-async def _wait_async(loop: asyncio.AbstractEventLoop, w: Wait) -> frozenset[int]:
-    if w.arm is not None and not w.arm():
-        return NO_FDS
-    fut = loop.create_future()
-    fired: set[int] = set()
-
-    def wake(fd: int) -> None:
-        fired.add(fd)
-        if not fut.done():
-            fut.set_result(None)
-
-    added: list[int] = []
-    timer = None
-    try:
-        for fd in w.fds:
-            loop.add_reader(fd, wake, fd)
-            added.append(fd)
-        if w.deadline is not None:
-            timer = loop.call_later(max(0.0, w.deadline - time.monotonic()), wake, -1)
-        await fut
-    finally:
-        for fd in added:
-            loop.remove_reader(fd)
-        if timer is not None:
-            timer.cancel()
-        if w.disarm is not None:
-            w.disarm()
-    return frozenset(fired)
