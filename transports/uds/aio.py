@@ -1,7 +1,8 @@
 """asyncio uds endpoints: non-blocking sockets driven by ``loop.add_reader``/``add_writer``.
 
 Bytes move only in synchronous steps between awaits (into the frame reader's buffer), so a
-cancelled ``recv`` loses nothing: the next one finds the data where the last one left it.
+cancelled ``recv`` loses nothing: the next one finds the data where the last one left it. The
+reader's connection stays registered from its first wait until close (``aio_kept``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import weakref
 from collections.abc import Sequence
 
 from transports._buffers import message_views
@@ -20,6 +22,7 @@ from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
 from transports.errors import AddressError, ChannelClosedError, PeerClosedError, TransportError
 from transports.uds import address as A
 from transports.uds import stream as S
+from transports.uds.aio_kept import KeptReadable
 from transports.uds.framing import MalformedStreamError, frame_parts
 from transports.uds.outbound import Outbound
 from transports.uds.peers import HELLO_TIMEOUT, AcceptSpec, Peer, frame_bytes
@@ -142,9 +145,10 @@ class _AsyncBase(Endpoint):
                     remove(fd)
 
     async def _read_frame(self, peer: Peer, deadline: Deadline,
-                          fatal: bool = True) -> Message | None:
+                          fatal: bool = True, keep: bool = False) -> Message | None:
         """The next frame from ``peer``; None on timeout; PeerClosedError at EOF (which, like a
-        malformed stream, breaks the endpoint when ``fatal``)."""
+        malformed stream, breaks the endpoint when ``fatal``). ``keep``: wait with the socket
+        kept registered (the reader's recv; a hello's socket may be closed soon after)."""
         while True:
             try:
                 msg = S.read_step(peer, self.address)
@@ -154,7 +158,13 @@ class _AsyncBase(Endpoint):
                 raise
             if msg is not None or deadline.expired():
                 return msg
-            await self._wait_fds([peer.sock.fileno()], False, deadline)
+            if keep:
+                await self._wait_kept(peer, deadline)
+            else:
+                await self._wait_fds([peer.sock.fileno()], False, deadline)
+
+    async def _wait_kept(self, peer: Peer, deadline: Deadline) -> None:
+        raise NotImplementedError  # only readers keep a connection registered
 
     def _check_open(self) -> None:
         if self._closed:
@@ -277,6 +287,9 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
     def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
         super().__init__(addr, connect_timeout)
         self._greeted = True
+        self._kept = KeptReadable(self._loop)
+        # Dropped without close(): unregister before the socket closes (its number is reused).
+        self._retire = weakref.finalize(self, self._kept.retire)
 
     async def recv(self, timeout: float | None = None) -> Message:
         deadline = Deadline(timeout)
@@ -285,7 +298,7 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
             await self._ensure_peers(deadline)
             peer = self._peers[0]
             while True:
-                msg = await self._read_frame(peer, deadline)
+                msg = await self._read_frame(peer, deadline, keep=True)
                 if msg is None:
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
                 if self._greeted:
@@ -296,6 +309,20 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
                     self._broken = e
                     raise
                 self._greeted = True
+
+    async def _wait_kept(self, peer: Peer, deadline: Deadline) -> None:
+        kept = self._kept
+        fut = kept.wait(peer)
+        try:
+            await self._wait_future(fut, deadline)
+        finally:
+            if kept.waiter is fut:
+                kept.waiter = None
+
+    def _close_sockets(self) -> None:
+        self._retire.detach()
+        self._kept.forget()
+        super()._close_sockets()
 
 
 async def _connected(endpoint: _AsyncBase, role: int, rank: int, capacity: int | None) -> None:
