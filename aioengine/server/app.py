@@ -10,6 +10,7 @@ The app never starts or stops the client: whoever owns the client owns its lifet
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
+from aioengine.server.responses import TOKEN_CACHE
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     watcher = DisconnectWatcher(settings.disconnect_poll_interval)
     tokenizer = client.tokenizer
 
+    @functools.lru_cache(maxsize=TOKEN_CACHE)  # this app's: logprobs name each token
     def token_text(token_id: int) -> str:
         return tokenizer.decode([token_id], skip_special_tokens=False)
 

@@ -11,6 +11,7 @@ clients still get a whole answer, ending with ``finish_reason: "abort"``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -38,7 +39,13 @@ from aioengine.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
 )
-from aioengine.server.responses import ChatFormat, ChoiceState, CompletionFormat, TokenText
+from aioengine.server.responses import (
+    TOKEN_CACHE,
+    ChatFormat,
+    ChoiceState,
+    CompletionFormat,
+    TokenText,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +69,9 @@ class GenerateHandlers:
         self._watcher = watcher
         self._token_text = token_text
         self._tokenizer = tokenizer  # the client's: which tokens the text is made of
+        # Chat logprobs want each token's and each alternative's bytes: the same few thousand
+        # tokens again and again, a decode each (see TOKEN_CACHE).
+        self._token_bytes = functools.lru_cache(maxsize=TOKEN_CACHE)(tokenizer.token_bytes)
         self._runs: set[ChoiceRunner] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -101,7 +111,7 @@ class GenerateHandlers:
         def start(i: int) -> AsyncIterator[Any]:
             return self._client.chat(messages, seeded(params, i))
 
-        fmt = ChatFormat(self._model, self._token_text, self._tokenizer.token_bytes)
+        fmt = ChatFormat(self._model, self._token_text, self._token_bytes)
         return await self._run(request, "chat", req, start, fmt, params.logprobs is not None)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

@@ -21,6 +21,10 @@ Json = dict[str, Any]
 Logprobs = list[tuple[TokenLogprob, int]]
 """Logprob entries of the tokens that make up the returned text, each with its offset there."""
 
+TOKEN_CACHE = 1 << 16
+"""Tokens whose text and bytes one app keeps for logprobs (an LRU each): a reply names the same
+few thousand tokens and alternatives over and over, and each costs a decode otherwise."""
+
 
 class ChoiceState:
     """One choice of a request: what was sent so far and how it ended."""
