@@ -1,9 +1,10 @@
 """The template every child process runs (engine, worker, tokenizer, detokenizer).
 
 ``child_main`` is the spawn entry point; ``run_busy_loop`` does the work: report STARTUP,
-install SIGTERM/SIGINT handlers that only request shutdown, watch the parent, build the target,
-``init`` it, report READY, call ``step`` until shutdown is requested, and on every exit path
-report SHUTDOWN, run ``cleanup`` and report DEAD. An exception reports ERROR first.
+install a SIGTERM handler that only requests shutdown (SIGINT is ignored: the parent decides),
+watch the parent, build the target, ``init`` it, report READY, call ``step`` until shutdown is
+requested, and on every exit path report SHUTDOWN, run ``cleanup`` and report DEAD. An exception
+reports ERROR first.
 """
 
 from __future__ import annotations
@@ -129,9 +130,12 @@ def run_busy_loop(target: TargetRef, args: bytes, events: Connection, parent_pid
         shutdown.request(f"received {signal.Signals(signum).name}")
 
     signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    # Supervisor.spawn started us with SIGINT blocked (see there); one that came while we
-    # bootstrapped is delivered now, to on_signal.
+    # SIGINT is a terminal's Ctrl-C, sent to the whole process group: our parent got it too,
+    # and it decides (a server drains its requests first, then stops us; a notebook's
+    # interrupt keeps the engine). We stop when it says so, or when it dies.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Supervisor.spawn started us with SIGINT blocked (see there): one that came while we
+    # bootstrapped is dropped now, as ignored.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     done = threading.Event()
     start_parent_watch(parent_pid, shutdown, done)
