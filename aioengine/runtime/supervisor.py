@@ -108,12 +108,12 @@ class Supervisor:
         process = ctx.Process(target=child_main, name=spec.name, daemon=False,
                               args=(spec.target, bytes(spec.args), writer, os.getpid(),
                                     spec.name))
-        # Ctrl-C signals the whole foreground group, children included. A child is born with
-        # SIGINT blocked (a thread's mask survives fork and exec) and unblocks it in
-        # run_busy_loop once its handler is in, so a Ctrl-C while it bootstraps is a clean
-        # stop, not a KeyboardInterrupt traceback from the middle of an import. Only this
-        # thread's mask, only for the spawn: the host's own SIGINT handling is untouched. The
-        # resource tracker goes first: starting it unblocks SIGINT in the calling thread.
+        # Ctrl-C signals the whole foreground group, children included, and children ignore
+        # it (run_busy_loop). A child is born with SIGINT blocked (a thread's mask survives
+        # fork and exec) until it does, so a Ctrl-C while it bootstraps is no KeyboardInterrupt
+        # traceback from the middle of an import either. Only this thread's mask, only for the
+        # spawn: the host's own SIGINT handling is untouched. The resource tracker goes first:
+        # starting it unblocks SIGINT in the calling thread.
         resource_tracker.ensure_running()
         unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
