@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import anyio
-import anyio.from_thread
 
 from aioengine.client.async_client import AsyncMPClient
 from aioengine.client.chat_template import ChatMessage
 from aioengine.client.inputs import Prompt
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.portal_call import call_interruptibly
+from aioengine.client.portal_thread import PortalThread
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import EngineStats
@@ -44,18 +43,18 @@ class SyncMPClient:
 
     def __init__(self, config: EngineConfig | None = None, *, use_uvloop: bool = False) -> None:
         check_main_is_guarded()  # on the caller's thread, where the child can exit cleanly
-        self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] = \
-            anyio.from_thread.start_blocking_portal(
-                "asyncio", backend_options={"use_uvloop": use_uvloop})
-        self._portal = self._portal_cm.__enter__()
+        self._loop_thread = PortalThread({"use_uvloop": use_uvloop})
+        self._portal = self._loop_thread.portal
         self._client = AsyncMPClient(config)
         self._lock = threading.Lock()
         self._closed = False
         try:
             self._run(self._client.start)
         except BaseException:
-            self._portal.call(self._client.shutdown)
-            self._portal_cm.__exit__(None, None, None)
+            try:
+                self._portal.call(self._client.shutdown)
+            finally:
+                self._loop_thread.close(cancel_remaining=True)
             raise
 
     def __enter__(self) -> SyncMPClient:
@@ -162,4 +161,4 @@ class SyncMPClient:
         try:
             self._portal.call(self._client.shutdown)
         finally:
-            self._portal_cm.__exit__(None, None, None)
+            self._loop_thread.close()

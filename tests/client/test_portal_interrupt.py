@@ -1,0 +1,42 @@
+"""Ctrl-C while a blocking client's background loop starts (``PortalThread``): the interrupt
+propagates and the loop thread is stopped, never left running or joined forever. anyio's
+``start_blocking_portal`` hangs in that window (it joins a loop thread nobody stopped): the same
+script with it times out. A real interpreter, real SIGINTs at random moments of the start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SCRIPT = r"""
+import random, signal, threading, time
+from aioengine.client.portal_thread import PortalThread
+
+main_id = threading.main_thread().ident
+rnd = random.Random(1)
+landed = 0
+for i in range(300):
+    made = None
+    timer = threading.Timer(rnd.uniform(0, 0.003), signal.pthread_kill,
+                            (main_id, signal.SIGINT))
+    try:
+        timer.start()
+        made = PortalThread()
+        time.sleep(0.05)  # the interrupt lands here at the latest
+    except KeyboardInterrupt:
+        landed += made is None
+    timer.join()
+    if made is not None:
+        made.close()
+left = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+print(landed, left)
+"""
+
+
+def test_an_interrupt_while_the_loop_starts_stops_it_and_propagates():
+    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr
+    landed, left = r.stdout.split(" ", 1)
+    assert int(landed) > 0, "no interrupt landed while a loop was starting"
+    assert left.strip() == "[]", left
