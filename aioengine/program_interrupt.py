@@ -44,9 +44,10 @@ def unwind_on_sigint(prog: str, deadline: int) -> None:
     """Where ``exit_at_once_on_sigint`` is installed (the program runs as itself, on the main
     thread), switch to unwinding: a SIGINT raises ``KeyboardInterrupt`` once, so ``with``
     blocks shut their engines down; the line and ``_exit(130)`` follow a second SIGINT, or the
-    unwinding still running ``deadline`` seconds later (``KeyboardInterrupt`` can land where
-    clean-up cannot finish: anyio's ``start_blocking_portal`` then waits forever for its
-    thread). A caller's own SIGINT handler (``main()`` called from other code) is left alone.
+    unwinding still running ``deadline`` seconds later (a safety net: ``KeyboardInterrupt`` can
+    land where clean-up cannot finish, as it did inside anyio's ``start_blocking_portal``
+    before the blocking clients got ``PortalThread``). A caller's own SIGINT handler
+    (``main()`` called from other code) is left alone.
     """
     if threading.current_thread() is not threading.main_thread():
         return
