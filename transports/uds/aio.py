@@ -12,7 +12,7 @@ import contextlib
 import logging
 import socket
 import weakref
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from transports._buffers import message_views
 from transports._checks import check_args, check_num_readers, check_rank
@@ -28,6 +28,8 @@ from transports.uds.outbound import Outbound
 from transports.uds.peers import HELLO_TIMEOUT, AcceptSpec, Peer, frame_bytes
 
 log = logging.getLogger(__name__)
+
+WaitReadable = Callable[[Peer, Deadline], Awaitable[None]]
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -144,11 +146,12 @@ class _AsyncBase(Endpoint):
                 for fd in fds:
                     remove(fd)
 
-    async def _read_frame(self, peer: Peer, deadline: Deadline,
-                          fatal: bool = True, keep: bool = False) -> Message | None:
+    async def _read_frame(self, peer: Peer, deadline: Deadline, fatal: bool = True,
+                          wait: WaitReadable | None = None) -> Message | None:
         """The next frame from ``peer``; None on timeout; PeerClosedError at EOF (which, like a
-        malformed stream, breaks the endpoint when ``fatal``). ``keep``: wait with the socket
-        kept registered (the reader's recv; a hello's socket may be closed soon after)."""
+        malformed stream, breaks the endpoint when ``fatal``). ``wait``: how to wait for the
+        socket, by default registered for that wait only (the reader's recv passes one that
+        keeps it registered; a hello's socket may be closed soon after)."""
         while True:
             try:
                 msg = S.read_step(peer, self.address)
@@ -158,13 +161,10 @@ class _AsyncBase(Endpoint):
                 raise
             if msg is not None or deadline.expired():
                 return msg
-            if keep:
-                await self._wait_kept(peer, deadline)
+            if wait is not None:
+                await wait(peer, deadline)
             else:
                 await self._wait_fds([peer.sock.fileno()], False, deadline)
-
-    async def _wait_kept(self, peer: Peer, deadline: Deadline) -> None:
-        raise NotImplementedError  # only readers keep a connection registered
 
     def _check_open(self) -> None:
         if self._closed:
@@ -298,7 +298,7 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
             await self._ensure_peers(deadline)
             peer = self._peers[0]
             while True:
-                msg = await self._read_frame(peer, deadline, keep=True)
+                msg = await self._read_frame(peer, deadline, wait=self._wait_kept)
                 if msg is None:
                     raise TimeoutError(f"no message on {self.address} within {timeout} s")
                 if self._greeted:
