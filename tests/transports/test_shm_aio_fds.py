@@ -9,82 +9,35 @@ import asyncio
 import gc
 import os
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
 
 import pytest
 
 import transports as T
-
-R = TypeVar("R")
-
-
-class CountingLoop(asyncio.SelectorEventLoop):
-    """A real selector loop that counts fd registrations (each one an epoll_ctl)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.adds = self.removes = 0
-
-    def add_reader(self, fd: Any, callback: Callable[..., object], *args: Any) -> None:
-        self.adds += 1
-        super().add_reader(fd, callback, *args)
-
-    def remove_reader(self, fd: Any) -> bool:
-        self.removes += 1
-        return super().remove_reader(fd)
-
-
-def run(coro: Coroutine[Any, Any, R]) -> R:
-    with asyncio.Runner(loop_factory=CountingLoop) as runner:
-        return runner.run(asyncio.wait_for(coro, 60))
-
-
-def _loop() -> CountingLoop:
-    loop = asyncio.get_running_loop()
-    assert isinstance(loop, CountingLoop)
-    return loop
+from tests.transports.kept_fds import (
+    async_pair,
+    counting_loop,
+    cpu_while_idle,
+    recv_after_waiting,
+    registered,
+    run,
+)
 
 
 async def _pair() -> tuple[T.AsyncReader, T.SyncWriter]:
-    r = await T.open_async_reader("shm", bind=True)
-    w = await asyncio.to_thread(T.open_writer, r.address, bind=False, connect_timeout=10)
-    return r, w
-
-
-async def _recv_after_waiting(r: T.AsyncReader, w: T.SyncWriter, payload: bytes) -> None:
-    """A recv that is waiting on the loop when the message is sent."""
-    task = asyncio.ensure_future(r.recv(timeout=10))
-    await asyncio.sleep(0)  # runs the recv until it waits
-    assert not task.done()
-    w.send(payload)
-    assert bytes((await task).header) == payload
-
-
-def _registered(loop: asyncio.AbstractEventLoop, fds: frozenset[int]) -> list[int]:
-    """The fds still registered (remove_reader says whether it removed one)."""
-    return [fd for fd in fds if loop.remove_reader(fd)]
-
-
-def _cpu_while_idle(seconds: float) -> Coroutine[Any, Any, float]:
-    async def idle() -> float:
-        c0 = time.process_time()
-        await asyncio.sleep(seconds)
-        return time.process_time() - c0
-    return idle()
+    return await async_pair("shm")
 
 
 def test_streamed_waits_register_nothing_and_lose_nothing() -> None:
     async def main() -> None:
-        loop = _loop()
+        loop = counting_loop()
         r, w = await _pair()
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             kept = r._driver.registered  # type: ignore[attr-defined]
             assert len(kept) == 3  # data eventfd, the writer's connection, the close eventfd
             adds, removes = loop.adds, loop.removes
             for i in range(200):
-                await _recv_after_waiting(r, w, b"%d" % i)
+                await recv_after_waiting(r, w, b"%d" % i)
             # Was 600 of each: three fds added and removed around every wait.
             assert (loop.adds - adds, loop.removes - removes) == (0, 0)
             assert r._driver.registered == kept  # type: ignore[attr-defined]
@@ -99,11 +52,11 @@ def test_wake_ups_nobody_waits_for_neither_spin_nor_get_lost() -> None:
     async def main() -> None:
         r, w = await _pair()
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             # A wake-up left over from a sleep already over (the writer saw the flag just before
             # the reader withdrew it): the loop reads it once and idles.
             os.eventfd_write(r._core._efd, 1)  # type: ignore[attr-defined]
-            spent = await _cpu_while_idle(0.5)
+            spent = await cpu_while_idle(0.5)
             assert spent < 0.1, f"the loop spun on a ready eventfd: {spent:.3f} s CPU in 0.5 s"
             with pytest.raises(TimeoutError):  # a stale wake-up is no message
                 await r.recv(timeout=0.05)
@@ -112,7 +65,7 @@ def test_wake_ups_nobody_waits_for_neither_spin_nor_get_lost() -> None:
             for i in range(20):
                 w.send(b"late%d" % i)
             w.close()
-            spent = await _cpu_while_idle(0.5)
+            spent = await cpu_while_idle(0.5)
             assert spent < 0.1, f"the loop spun on a ready fd: {spent:.3f} s CPU in 0.5 s"
             got = [bytes((await r.recv(timeout=10)).header) for _ in range(20)]
             assert got == [b"late%d" % i for i in range(20)]
@@ -129,7 +82,7 @@ def test_a_writer_dying_mid_wait_is_seen_at_once() -> None:
     async def main() -> None:
         r, w = await _pair()
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             task = asyncio.ensure_future(r.recv(timeout=30))
             await asyncio.sleep(0.05)
             # The connection ends without the ring being marked closed (as when the writer's
@@ -156,14 +109,14 @@ def test_cancelled_recv_in_every_state_loses_nothing() -> None:
         assert r._driver.registered == frozenset()  # type: ignore[attr-defined]
         w = await asyncio.to_thread(T.open_writer, r.address, bind=False, connect_timeout=10)
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             # Waiting on the ring: cancelled, then the message sent after still arrives.
             task = asyncio.ensure_future(r.recv())
             await asyncio.sleep(0)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await _recv_after_waiting(r, w, b"after a cancelled wait")
+            await recv_after_waiting(r, w, b"after a cancelled wait")
             # Woken (the eventfd read, the wait's future done) but not yet resumed: cancelled.
             task = asyncio.ensure_future(r.recv())
             await asyncio.sleep(0)
@@ -177,7 +130,7 @@ def test_cancelled_recv_in_every_state_loses_nothing() -> None:
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert bytes((await r.recv(timeout=10)).header) == b"woke a cancelled recv"
-            await _recv_after_waiting(r, w, b"and the next")
+            await recv_after_waiting(r, w, b"and the next")
         finally:
             w.close()
             r.close()
@@ -226,25 +179,25 @@ def test_cancelled_send_waiting_for_space_stages_nothing() -> None:
 
 def test_close_and_drop_unregister_the_fds() -> None:
     async def main() -> None:
-        loop = _loop()
+        loop = counting_loop()
         for _ in range(3):  # the numbers get reused: a stale registration would break add_reader
             r, w = await _pair()
-            await _recv_after_waiting(r, w, b"x")
+            await recv_after_waiting(r, w, b"x")
             fds = r._driver.registered  # type: ignore[attr-defined]
             r.close()
-            assert _registered(loop, fds) == []
+            assert registered(loop, fds) == []
             w.close()
 
         r, w = await _pair()
-        await _recv_after_waiting(r, w, b"y")
+        await recv_after_waiting(r, w, b"y")
         fds, core = r._driver.registered, r._core  # type: ignore[attr-defined]
         del r  # dropped without close(): the finalizer unregisters, then closes the core
         gc.collect()
-        assert _registered(loop, fds) == [] and core.closed
+        assert registered(loop, fds) == [] and core.closed
         w.close()
 
         r, w = await _pair()
-        await _recv_after_waiting(r, w, b"z")
+        await recv_after_waiting(r, w, b"z")
         fds, core = r._driver.registered, r._core  # type: ignore[attr-defined]
         box = [r]
         del r
@@ -255,7 +208,7 @@ def test_close_and_drop_unregister_the_fds() -> None:
 
         await asyncio.to_thread(drop)
         await asyncio.sleep(0.05)
-        assert _registered(loop, fds) == [] and core.closed
+        assert registered(loop, fds) == [] and core.closed
         w.close()
 
     run(main())
@@ -265,17 +218,17 @@ def test_a_later_call_on_another_loop_moves_the_registrations() -> None:
     first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
     try:
         r, w = first.run_until_complete(_pair())
-        first.run_until_complete(_recv_after_waiting(r, w, b"on the first loop"))
+        first.run_until_complete(recv_after_waiting(r, w, b"on the first loop"))
         fds = r._driver.registered  # type: ignore[attr-defined]
-        second.run_until_complete(_recv_after_waiting(r, w, b"on the second loop"))
-        assert _registered(first, fds) == []  # moved off the first loop
+        second.run_until_complete(recv_after_waiting(r, w, b"on the second loop"))
+        assert registered(first, fds) == []  # moved off the first loop
         assert r._driver.registered == fds  # type: ignore[attr-defined]
         second.close()  # a closed loop took its registrations with it: nothing to undo there
         third = asyncio.new_event_loop()
         try:
-            third.run_until_complete(_recv_after_waiting(r, w, b"on the third loop"))
+            third.run_until_complete(recv_after_waiting(r, w, b"on the third loop"))
             r.close()
-            assert _registered(third, fds) == []
+            assert registered(third, fds) == []
         finally:
             third.close()
         w.close()

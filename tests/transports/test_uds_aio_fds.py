@@ -9,39 +9,22 @@ import asyncio
 import gc
 import socket
 import time
-from collections.abc import Coroutine
-from typing import Any
 
 import pytest
 
 import transports as T
-from tests.transports.test_shm_aio_fds import CountingLoop, _cpu_while_idle, _loop, _registered
-
-
-def run(coro: Coroutine[Any, Any, None]) -> None:
-    with asyncio.Runner(loop_factory=CountingLoop) as runner:
-        runner.run(asyncio.wait_for(coro, 60))
+from tests.transports.kept_fds import (
+    async_pair,
+    counting_loop,
+    cpu_while_idle,
+    recv_after_waiting,
+    registered,
+    run,
+)
 
 
 async def _pair() -> tuple[T.AsyncReader, T.SyncWriter]:
-    r = await T.open_async_reader("uds", bind=True)
-    w = await asyncio.to_thread(T.open_writer, r.address, bind=False, connect_timeout=10)
-    return r, w
-
-
-async def _recv_after_waiting(r: T.AsyncReader, w: T.SyncWriter, payload: bytes,
-                              buffers: tuple[bytes, ...] = ()) -> None:
-    """A recv that is waiting on the loop when the message is sent."""
-    task = asyncio.ensure_future(r.recv(timeout=10))
-    await asyncio.sleep(0)  # runs the recv until it waits
-    assert not task.done()
-    if buffers:  # too big to go out at once: the writer's thread, the reader woken many times
-        await asyncio.to_thread(w.send, payload, list(buffers))
-    else:
-        w.send(payload)
-    msg = await task
-    assert bytes(msg.header) == payload
-    assert [bytes(b) for b in msg.buffers] == list(buffers)
+    return await async_pair("uds")
 
 
 def _fd(r: T.AsyncReader) -> frozenset[int]:
@@ -50,18 +33,18 @@ def _fd(r: T.AsyncReader) -> frozenset[int]:
 
 def test_streamed_waits_register_nothing_and_lose_nothing() -> None:
     async def main() -> None:
-        loop = _loop()
+        loop = counting_loop()
         r, w = await _pair()
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             adds, removes = loop.adds, loop.removes
             for i in range(200):
-                await _recv_after_waiting(r, w, b"%d" % i)
+                await recv_after_waiting(r, w, b"%d" % i)
             # Was 200 of each: the connection added and removed around every wait.
             assert (loop.adds - adds, loop.removes - removes) == (0, 0)
             big = bytes(range(256)) * 8192  # 2 MiB: more than the frame reader's chunk
-            await _recv_after_waiting(r, w, b"big", (big, b"tail"))
-            await _recv_after_waiting(r, w, b"after the big one")
+            await recv_after_waiting(r, w, b"big", (big, b"tail"))
+            await recv_after_waiting(r, w, b"after the big one")
             assert (loop.adds - adds, loop.removes - removes) == (0, 0)
         finally:
             w.close()
@@ -74,17 +57,17 @@ def test_bytes_nobody_waits_for_neither_spin_nor_get_lost() -> None:
     async def main() -> None:
         r, w = await _pair()
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             for i in range(20):  # nobody receives while these arrive
                 w.send(b"late%d" % i)
-            spent = await _cpu_while_idle(0.5)
+            spent = await cpu_while_idle(0.5)
             assert spent < 0.1, f"the loop spun on a ready socket: {spent:.3f} s CPU in 0.5 s"
             got = [bytes((await r.recv(timeout=10)).header) for _ in range(20)]
             assert got == [b"late%d" % i for i in range(20)]
-            await _recv_after_waiting(r, w, b"waited for again")
+            await recv_after_waiting(r, w, b"waited for again")
             w.send(b"last")
             w.close()  # end of stream while nobody waits: reported once, not again and again
-            spent = await _cpu_while_idle(0.5)
+            spent = await cpu_while_idle(0.5)
             assert spent < 0.1, f"the loop spun at end of stream: {spent:.3f} s CPU in 0.5 s"
             assert bytes((await r.recv(timeout=10)).header) == b"last"
             with pytest.raises(T.PeerClosedError, match="closed the connection"):
@@ -100,7 +83,7 @@ def test_a_writer_leaving_mid_wait_is_seen_at_once() -> None:
     async def main() -> None:
         r, w = await _pair()
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             task = asyncio.ensure_future(r.recv(timeout=30))
             await asyncio.sleep(0.05)
             w.close()
@@ -116,14 +99,14 @@ def test_cancelled_recv_in_every_state_loses_nothing() -> None:
     async def main() -> None:
         r, w = await _pair()
         try:
-            await _recv_after_waiting(r, w, b"first")
+            await recv_after_waiting(r, w, b"first")
             # Waiting: cancelled, then the message sent after still arrives.
             task = asyncio.ensure_future(r.recv())
             await asyncio.sleep(0)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await _recv_after_waiting(r, w, b"after a cancelled wait")
+            await recv_after_waiting(r, w, b"after a cancelled wait")
             # Woken (the bytes read into the reader's buffer, the wait's future done) but not
             # yet resumed: cancelled; the next recv finds the message in the buffer.
             task = asyncio.ensure_future(r.recv())
@@ -155,7 +138,7 @@ def test_cancelled_recv_in_every_state_loses_nothing() -> None:
             finally:
                 raw.detach()
             assert bytes((await r.recv(timeout=10)).header) == b"in two halves"
-            await _recv_after_waiting(r, w, b"and the next")
+            await recv_after_waiting(r, w, b"and the next")
         finally:
             w.close()
             r.close()
@@ -170,25 +153,25 @@ def _frame(header: bytes) -> list[memoryview]:
 
 def test_close_and_drop_unregister_the_connection() -> None:
     async def main() -> None:
-        loop = _loop()
+        loop = counting_loop()
         for _ in range(3):  # the numbers get reused: a stale registration would break add_reader
             r, w = await _pair()
-            await _recv_after_waiting(r, w, b"x")
+            await recv_after_waiting(r, w, b"x")
             fds = _fd(r)
             r.close()
-            assert _registered(loop, fds) == []
+            assert registered(loop, fds) == []
             w.close()
 
         r, w = await _pair()
-        await _recv_after_waiting(r, w, b"y")
+        await recv_after_waiting(r, w, b"y")
         fds, sock = _fd(r), r._peers[0].sock  # type: ignore[attr-defined]
         del r  # dropped without close(): the finalizer unregisters, then closes the socket
         gc.collect()
-        assert _registered(loop, fds) == [] and sock.fileno() == -1
+        assert registered(loop, fds) == [] and sock.fileno() == -1
         w.close()
 
         r, w = await _pair()
-        await _recv_after_waiting(r, w, b"z")
+        await recv_after_waiting(r, w, b"z")
         fds, sock = _fd(r), r._peers[0].sock  # type: ignore[attr-defined]
         box = [r]
         del r
@@ -199,7 +182,7 @@ def test_close_and_drop_unregister_the_connection() -> None:
 
         await asyncio.to_thread(drop)
         await asyncio.sleep(0.05)
-        assert _registered(loop, fds) == [] and sock.fileno() == -1
+        assert registered(loop, fds) == [] and sock.fileno() == -1
         w.close()
 
     run(main())
