@@ -45,6 +45,16 @@ def _tokens(engine: EngineHarness, rid: str, tokens: int, during=None) -> list[i
     return got
 
 
+def _start_decoding(engine: EngineHarness, rid: str) -> None:
+    """Send a 500-token request and return once 20 of its tokens have come back."""
+    engine.send(_add(rid, 500))
+    count = 0
+    while count < 20:
+        msg = engine.recv()
+        if isinstance(msg, StepOutputs):
+            count += sum(len(d.new_token_ids) for d in msg.outputs)
+
+
 def _io_cpus(pid: int) -> list[set[int]]:
     tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     return [os.sched_getaffinity(t) for t in tids if os.sched_getscheduler(t) == os.SCHED_BATCH]
@@ -132,12 +142,7 @@ def test_an_abort_while_decoding_takes_effect_at_once(one_thread):
 def test_sigterm_while_decoding_ends_the_engine_promptly(one_thread):
     engine = EngineHarness(small_config(max_model_len=600, num_kv_blocks=160), transport="uds")
     try:
-        engine.send(_add("long", 500))
-        count = 0
-        while count < 20:
-            msg = engine.recv()
-            if isinstance(msg, StepOutputs):
-                count += sum(len(d.new_token_ids) for d in msg.outputs)
+        _start_decoding(engine, "long")
         os.kill(engine.pid, signal.SIGTERM)
         assert engine.died.wait(30), "the engine ignored SIGTERM while decoding"
         assert engine.deaths and engine.deaths[0][1] == 0, engine.deaths
@@ -151,12 +156,7 @@ def test_closing_the_channels_while_decoding_stops_the_engine(one_thread):
     while the loop still steps and hands over to it (a thread that ended is skipped)."""
     engine = EngineHarness(small_config(max_model_len=600, num_kv_blocks=160), transport="uds")
     try:
-        engine.send(_add("long", 500))
-        count = 0
-        while count < 20:
-            msg = engine.recv()
-            if isinstance(msg, StepOutputs):
-                count += sum(len(d.new_token_ids) for d in msg.outputs)
+        _start_decoding(engine, "long")
         engine.requests.close()
         engine.outputs.close()
         assert engine.died.wait(30), "the engine kept running after its client left"
