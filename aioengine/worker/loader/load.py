@@ -12,15 +12,17 @@ import os
 import torch
 
 from aioengine.hub import ResolvedModel, resolve_model
+from aioengine.hub.gguf_model import gguf_file_of
 from aioengine.hub.model_info import read_json
 from aioengine.worker.loader.devices import resolve_device, resolve_dtype
+from aioengine.worker.loader.gguf_weights import load_gguf
 from aioengine.worker.loader.weights import load_dummy, load_safetensors
 from aioengine.worker.models import CausalLM, build_model
 from aioengine.worker.models.spec import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-LOAD_FORMATS = ("auto", "safetensors", "dummy")
+LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 
 
 def read_model_spec(model_dir: str) -> ModelSpec:
@@ -40,9 +42,10 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
                tp_size: int = 1, seed: int = 0) -> tuple[CausalLM, ModelSpec]:
     """Build the model for this rank and fill its weights; returns ``(model, spec)``.
 
-    ``path_or_resolved``: a local Hugging Face directory, a built-in name (``tiny``, a preset),
-    or a ``ResolvedModel``. ``load_format``: ``auto`` (the built-in's hint, else safetensors),
-    ``safetensors``, or ``dummy`` (random weights seeded by ``seed``).
+    ``path_or_resolved``: a local Hugging Face directory, a GGUF file, a built-in name
+    (``tiny``, a preset), or a ``ResolvedModel``. ``load_format``: ``auto`` (what the model
+    resolved to), ``safetensors``, ``gguf`` (dequantized to ``dtype``), or ``dummy`` (random
+    weights seeded by ``seed``).
     """
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {load_format!r}")
@@ -54,8 +57,16 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, spec, dev)
     model = build_model(spec, dtype=torch_dtype, device=dev, tp_rank=tp_rank, tp_size=tp_size)
+    gguf_file = gguf_file_of(resolved.model_path)
+    if load_format == "gguf" and gguf_file is None:
+        raise ValueError(f"load_format 'gguf' needs a GGUF file; {resolved.name!r} is not one")
+    if load_format == "safetensors" and gguf_file is not None:
+        raise ValueError(f"load_format 'safetensors' given for the GGUF file "
+                         f"{gguf_file!r}: use 'auto' or 'gguf'")
     if load_format == "dummy":
         load_dummy(model, seed)
+    elif gguf_file is not None:
+        load_gguf(model, gguf_file)
     else:
         load_safetensors(model, resolved.model_path)
     model.eval()

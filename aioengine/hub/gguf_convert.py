@@ -1,0 +1,107 @@
+"""Write the Hugging Face side files of a GGUF model: ``python -m aioengine.hub.gguf_convert
+FILE.gguf OUT_DIR``.
+
+Run once per file, in a child interpreter (``gguf_model.gguf_model_dir`` starts it), because
+transformers' GGUF readers import torch and the host must not. It writes ``config.json``,
+``generation_config.json``, ``tokenizer.json`` and ``tokenizer_config.json`` (with the chat
+template) from the file's metadata, using transformers' own metadata mapping and tokenizer
+converters, so the config and tokenizer are exactly those transformers builds from the same
+file (the correctness oracle). The weights stay in the GGUF file: the workers read them from
+there (``aioengine.worker.loader.gguf_weights``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from aioengine.hub.gguf_types import SUPPORTED_TYPES, unsupported_types
+
+# GGUF ``general.architecture`` / transformers ``model_type`` -> the HF architecture class name
+# our ModelSpec reads. Only architectures whose tensor layout our loader maps are listed.
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+def hf_config(parsed: dict[str, Any], path: str) -> dict[str, Any]:
+    config = {k: v for k, v in parsed.items() if not k.startswith("_")}
+    model_type = config.get("model_type")
+    if model_type not in ARCHITECTURES:
+        raise ValueError(f"{path}: GGUF architecture {model_type!r} is not supported; "
+                         f"supported: {sorted(ARCHITECTURES)}")
+    config["architectures"] = [ARCHITECTURES[model_type]]
+    return config
+
+
+def write(path: str, out_dir: str) -> None:
+    import gguf
+    from transformers.integrations.gguf import convert_gguf_tokenizer, get_gguf_tokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    reader = gguf.GGUFReader(path)
+    bad = unsupported_types(t.tensor_type.name for t in reader.tensors)
+    if bad:
+        raise ValueError(f"{path}: tensor type(s) {bad} are not supported; supported: "
+                         f"{list(SUPPORTED_TYPES)}")
+    parsed = load_gguf_checkpoint(path, return_tensors=False)
+    config = hf_config(parsed["config"], path)
+    architecture, tokenizer_dict, tokenizer_config = get_gguf_tokenizer(path)
+    fast, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
+    fast.save(os.path.join(out_dir, "tokenizer.json"))
+    vocab = fast.get_vocab(with_added_tokens=True)
+    by_id = {i: t for t, i in vocab.items()}
+    tok_config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast",
+                                  "clean_up_tokenization_spaces": False,
+                                  "model_max_length": config.get("max_position_embeddings")}
+    for key in ("bos", "eos", "unk", "pad"):
+        token_id = tokenizer_dict.get(f"{key}_token_id")
+        if isinstance(token_id, int) and token_id in by_id:
+            tok_config[f"{key}_token"] = by_id[token_id]
+    for key in ("chat_template", "add_bos_token", "add_eos_token"):
+        if key in tokenizer_config:
+            tok_config[key] = tokenizer_config[key]
+    _dump(out_dir, "tokenizer_config.json", tok_config)
+    generation: dict[str, Any] = {k: config[k] for k in ("bos_token_id", "pad_token_id")
+                                  if isinstance(config.get(k), int)}
+    generation["eos_token_id"] = end_ids(reader, config)
+    _dump(out_dir, "generation_config.json", generation)
+    _dump(out_dir, "config.json", config)
+
+
+def end_ids(reader: Any, config: dict[str, Any]) -> list[int]:
+    """eos plus the end-of-turn / end-of-message tokens GGUF files name separately (Llama 3's
+    ``<|eot_id|>``): a chat reply ends at any of them, as llama.cpp stops on them."""
+    ids = [config["eos_token_id"]] if isinstance(config.get("eos_token_id"), int) else []
+    for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        field = reader.fields.get(key)
+        if field is not None:
+            value = int(field.contents())
+            if value not in ids:
+                ids.append(value)
+    return ids
+
+
+def _dump(out_dir: str, name: str, data: dict[str, Any]) -> None:
+    with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m aioengine.hub.gguf_convert FILE.gguf OUT_DIR", file=sys.stderr)
+        return 2
+    try:
+        write(argv[0], argv[1])
+    except (ValueError, KeyError, OSError) as exc:  # the parent shows this line as the cause
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

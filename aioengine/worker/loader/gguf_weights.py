@@ -1,0 +1,151 @@
+"""GGUF tensors -> model parameters.
+
+The file is memory-mapped (``gguf.GGUFReader``); each checkpoint tensor becomes a
+``GGUFTensorSource`` that a parameter's ``load`` slices like a safetensors slice: only the rows
+a rank asks for are read and dequantized (quantized blocks run along a row, so a row range is
+a byte range). Names come from the ``gguf`` package's own HF <-> GGUF tensor-name map.
+
+llama.cpp's converter permutes the rows of Llama's q and k projections (its RoPE pairs
+adjacent dimensions, Hugging Face's pairs the two halves of a head); the source undoes that by
+reading rows in the inverse order, for raw blocks too, so a layer that keeps weights quantized
+(``raw_rows``) gets Hugging Face's row order as well.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from aioengine.hub.gguf_types import SUPPORTED_TYPES, unsupported_types
+from aioengine.worker.models import CausalLM
+from aioengine.worker.parallel.weights import check_shape
+
+logger = logging.getLogger(__name__)
+
+# GGUF architectures whose q/k rows llama.cpp's converter permutes (as transformers undoes).
+_PERMUTED_QK = ("llama",)
+# Tensors the converter stores but the config already determines (Llama 3 RoPE frequencies).
+_DERIVED = ("rope_freqs.weight",)
+_FLOAT_TYPES = {"F32": np.float32, "F16": np.float16}
+
+
+class GGUFTensorSource:
+    """One GGUF tensor, sliceable like a checkpoint slice: ``src[a:b]`` (rows),
+    ``src[:, a:b]`` (columns of all rows) and ``src[:]`` give float32 tensors in Hugging
+    Face's layout (out_features, in_features); ``raw_rows`` gives the stored blocks."""
+
+    def __init__(self, tensor: Any, row_order: np.ndarray | None = None) -> None:
+        self.name: str = tensor.name
+        self.qtype = tensor.tensor_type
+        self._data = tensor.data  # numpy memmap: float rows, or uint8 rows of blocks
+        self._shape = tuple(int(d) for d in reversed(tensor.shape))  # ggml's ne is reversed
+        self._row_order = row_order  # HF row i is file row row_order[i]
+
+    def get_shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    def raw_rows(self, start: int, length: int) -> np.ndarray:
+        """Rows ``[start, start+length)`` as stored (uint8 blocks for quantized types), in
+        Hugging Face's row order."""
+        if self._row_order is None:
+            return self._data[start:start + length]
+        return self._data[self._row_order[start:start + length]]
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        rows, cols = (key if isinstance(key, tuple) else (key, slice(None)))
+        if not isinstance(rows, slice) or not isinstance(cols, slice) or rows.step not in (None,
+                                                                                           1):
+            raise TypeError(f"GGUF tensor {self.name}: only [rows] and [:, cols] slices, got "
+                            f"{key!r}")
+        if len(self._shape) == 1:
+            raw = self._data[rows]
+        else:
+            start, stop, _ = rows.indices(self._shape[0])
+            raw = self.raw_rows(start, max(0, stop - start))
+        values = _dequantize(raw, self.qtype)
+        if len(self._shape) > 1:
+            values = values[:, cols]
+        out = np.ascontiguousarray(values, dtype=np.float32)
+        if not out.flags.writeable:  # still a view of the read-only map (F32 tensors)
+            out = out.copy()
+        return torch.from_numpy(out)
+
+
+def _dequantize(raw: np.ndarray, qtype: Any) -> np.ndarray:
+    if qtype.name in _FLOAT_TYPES:
+        return np.asarray(raw)
+    from gguf.quants import dequantize
+
+    return dequantize(np.asarray(raw), qtype)
+
+
+def qk_row_order(rows: int, heads: int) -> np.ndarray:
+    """HF row -> file row for a q/k projection of ``heads`` heads that llama.cpp permuted:
+    file = hf.reshape(heads, 2, d/2, -1).swapaxes(1, 2), so invert that on row indices."""
+    permuted = np.arange(rows).reshape(heads, 2, rows // heads // 2).swapaxes(1, 2).reshape(-1)
+    return np.argsort(permuted)
+
+
+def _field(reader: Any, key: str) -> Any:
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+def gguf_sources(reader: Any, model: CausalLM) -> dict[str, GGUFTensorSource]:
+    """HF checkpoint name -> source, for every tensor the model loads. ValueError naming the
+    tensor for an unmapped, unsupported or missing one."""
+    import gguf
+
+    arch_name = _field(reader, "general.architecture")
+    archs = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
+    if arch_name not in archs:
+        raise ValueError(f"unknown GGUF architecture {arch_name!r}")
+    spec = model.spec
+    names = gguf.get_tensor_name_map(archs[arch_name], spec.num_layers)
+    tensors = {t.name: t for t in reader.tensors}
+    bad = unsupported_types(t.tensor_type.name for t in reader.tensors)
+    if bad:
+        raise ValueError(f"tensor type(s) {bad} are not supported; supported: "
+                         f"{list(SUPPORTED_TYPES)}")
+    sources: dict[str, GGUFTensorSource] = {}
+    missing: list[str] = []
+    for hf_name in model.weight_targets():
+        gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None or gguf_name not in tensors:
+            missing.append(f"{hf_name} ({gguf_name or 'no GGUF name'})")
+            continue
+        tensor = tensors[gguf_name]
+        order = None
+        if arch_name in _PERMUTED_QK and (".attn_q." in gguf_name or ".attn_k." in gguf_name):
+            heads = spec.num_heads if ".attn_q." in gguf_name else spec.num_kv_heads
+            order = qk_row_order(int(tensor.shape[-1]), heads)
+        sources[hf_name] = GGUFTensorSource(tensor, order)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)"
+                                          if len(missing) > 5 else "")
+        raise ValueError(f"GGUF file lacks {len(missing)} tensor(s) the {spec.family} model "
+                         f"needs: {shown}")
+    return sources
+
+
+def load_gguf(model: CausalLM, path: str) -> None:
+    """Check every name and shape first, then load each rank's slice, dequantized."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    sources = gguf_sources(reader, model)
+    used = {s.name for s in sources.values()}
+    unexpected = [t.name for t in reader.tensors
+                  if t.name not in used and t.name not in _DERIVED]
+    if unexpected:  # a tensor we would ignore means a part of the model we do not implement
+        raise ValueError(f"GGUF file {path} has {len(unexpected)} tensor(s) a "
+                         f"{model.spec.family} model does not use: {unexpected[:5]}")
+    targets = model.weight_targets()
+    for name, target in targets.items():
+        check_shape(name, target.full_shape, sources[name])
+    for name, target in targets.items():
+        target.load(sources[name])
+    logger.info("loaded %d tensors from %s", len(targets), path)
