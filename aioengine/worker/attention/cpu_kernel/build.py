@@ -1,113 +1,33 @@
-"""Build the C decode kernel once per (source, flags, compiler, CPU) into the aioengine cache.
-
-The shared object lands in ``$AIOENGINE_CACHE/kernels/paged_decode-<key>.so``; the key hashes
-everything that changes the machine code, so an edited source, another compiler or another CPU
-(``-march=native``: a cache on a shared home directory) never loads a stale build. Each builder
-compiles to its own temporary name and ``os.replace``s it into place: concurrent first builds
-(TP ranks, parallel tests) each publish a complete file, and a reader never sees half of one.
-"""
+"""Build the C decode kernel once per (source, flags, compiler, CPU) into the aioengine cache
+(``$AIOENGINE_CACHE/kernels/paged_decode-<key>.so``; the machinery is ``aioengine.worker.cbuild``,
+shared with the quantized-matmul kernels)."""
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
-from aioengine.config import cache_dir
+from aioengine.worker.cbuild import (
+    COMPILER_ENV,
+    DEFAULT_COMPILER,
+    KernelBuildError,
+    build_shared,
+    find_compiler,
+    kernel_dir,
+)
 
-logger = logging.getLogger(__name__)
+__all__ = ["COMPILER_ENV", "DEFAULT_COMPILER", "FLAGS", "KernelBuildError", "SOURCE",
+           "ensure_built", "find_compiler", "kernel_dir"]
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
-COMPILER_ENV = "AIOENGINE_CC"
-"""Names the C compiler (looked up on PATH, or a path); default ``cc``."""
-DEFAULT_COMPILER = "cc"
 # -fopenmp-simd honours the kernel's `omp simd` hints without linking an OpenMP runtime;
 # -fno-trapping-math lets the exp loop's clamp become a vector select (no FP exception flags are
 # read); -ffp-contract=fast allows FMAs (ISO C mode turns contraction off). No -ffast-math: the
 # softmax relies on IEEE max/inf behaviour.
 FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fno-trapping-math", "-fopenmp-simd",
          "-std=c11", "-fPIC", "-shared")
-BUILD_TIMEOUT = 120.0
-
-
-class KernelBuildError(RuntimeError):
-    """The kernel could not be built here: no compiler, or the compiler failed (its reason in
-    the message)."""
-
-
-def find_compiler(name: str | None = None) -> str:
-    """The compiler's path: ``name``, else ``$AIOENGINE_CC``, else ``cc``, looked up on PATH."""
-    name = name or os.environ.get(COMPILER_ENV) or DEFAULT_COMPILER
-    path = shutil.which(name)
-    if path is None:
-        raise KernelBuildError(f"no C compiler {name!r} on PATH (set {COMPILER_ENV} to one)")
-    return path
-
-
-def build_key(compiler: str) -> str:
-    """Hash of the source, the flags, the compiler's version and the CPU's feature flags."""
-    try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                                 timeout=BUILD_TIMEOUT, check=True).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        raise KernelBuildError(f"C compiler {compiler} does not run: {e}") from e
-    h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
-                 _cpu_flags().encode()):
-        h.update(part)
-        h.update(b"\0")
-    return h.hexdigest()[:20]
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return line
-    except OSError:
-        pass
-    return platform.machine() + " " + platform.processor()
-
-
-def kernel_dir() -> Path:
-    return Path(cache_dir()) / "kernels"
 
 
 def ensure_built(compiler_name: str | None = None) -> Path:
     """The kernel's shared object, compiled first if no build for this key exists."""
-    compiler = find_compiler(compiler_name)
-    target = kernel_dir() / f"paged_decode-{build_key(compiler)}.so"
-    if target.is_file():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-        os.close(fd)
-    except OSError as e:
-        raise KernelBuildError(f"cannot write the kernel under {target.parent} ({e.strerror}); "
-                               "set AIOENGINE_CACHE to a writable directory") from e
-    try:
-        try:
-            proc = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE)],
-                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise KernelBuildError(f"{compiler} failed to run: {e}") from e
-        if proc.returncode != 0:
-            raise KernelBuildError(f"{compiler} exited with {proc.returncode}: "
-                                   f"{proc.stderr.strip()[-2000:]}")
-        try:
-            os.chmod(tmp, 0o755)  # mkstemp makes it private; the cache is readable like any
-            os.replace(tmp, target)
-        except OSError as e:
-            raise KernelBuildError(f"cannot publish the kernel as {target} ({e})") from e
-        logger.info("built the CPU decode attention kernel: %s", target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    return build_shared("paged_decode", SOURCE, FLAGS, "CPU decode attention kernel",
+                        compiler_name)

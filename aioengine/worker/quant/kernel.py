@@ -1,0 +1,190 @@
+"""The quantized-matmul C library (``qkernels.c``), built on first use and loaded with ctypes.
+
+``QuantKernel.matmul`` checks dtypes, shapes and strides in Python, then makes one C call that
+releases the GIL. ``level`` picks the code path: ``-1`` the best this CPU runs, ``0`` the
+portable scalar C, ``1`` AVX2+FMA+F16C (an error where the CPU lacks them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from aioengine.worker.cbuild import KernelBuildError, build_shared
+
+
+@dataclass(frozen=True)
+class QType:
+    """A GGUF block type: its name, ggml type id, values per block and bytes per block."""
+
+    name: str
+    ggml_id: int
+    block: int
+    bytes: int
+
+    def row_bytes(self, k: int) -> int:
+        """Bytes of one row of ``k`` values (ValueError when ``k`` is not whole blocks)."""
+        if k <= 0 or k % self.block:
+            raise ValueError(f"{self.name} rows hold whole blocks of {self.block} values; "
+                             f"a row of {k} values is not")
+        return k // self.block * self.bytes
+
+
+QTYPES: dict[str, QType] = {q.name: q for q in (
+    QType("q8_0", 8, 32, 34),
+    QType("q4_0", 2, 32, 18),
+    QType("q4_1", 3, 32, 20),
+    QType("q4_k", 12, 256, 144),
+    QType("q6_k", 14, 256, 210),
+)}
+"""The block types the kernels compute, by lower-case name (``gguf`` type name lower-cased)."""
+
+
+def qtype_of(t: object) -> QType:
+    """A ``QType`` from its name (``"q4_k"``, ``"Q4_K"``) or a ``gguf.GGMLQuantizationType``."""
+    name = getattr(t, "name", t)
+    if isinstance(name, str) and name.lower() in QTYPES:
+        return QTYPES[name.lower()]
+    raise ValueError(f"quantized type {name!r} is not supported by the quantized kernels; "
+                     f"supported: {sorted(QTYPES)}")
+
+
+SOURCE = Path(__file__).with_name("qkernels.c")
+# No -march: the AVX2 path is compiled with __attribute__((target)) and chosen at run time, so
+# the scalar path stays portable C and the dispatch is exercised on every machine.
+FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread")
+LEVELS = {-1: "best", 0: "scalar", 1: "avx2"}
+
+_ERRORS = {
+    -1: "unsupported block type",
+    -2: "bad shape (K not whole blocks, or strides smaller than the rows)",
+    -3: "the rows' byte length does not match K and the block type",
+    -4: "out of memory for the scratch",
+    -5: "this CPU lacks the requested code path",
+    -6: "thread count outside 1..256",
+}
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int64
+_C = ctypes.c_int
+
+
+class QuantKernelError(ValueError):
+    """Inputs the quantized kernels cannot take: the message names which and why."""
+
+
+class QuantKernel:
+    """The loaded library."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
+        lib.qk_matmul.argtypes = (_C, _P, _I, _I, _P, _I, _I, _I, _P, _I, _C, _C)
+        lib.qk_matmul.restype = _C
+        lib.qk_dequantize.argtypes = (_C, _P, _I, _I, _I, _P, _I, _C, _C)
+        lib.qk_dequantize.restype = _C
+        lib.qk_best_level.restype = _C
+        lib.qk_set_spin_ns.argtypes = (ctypes.c_long,)
+        lib.qk_pool_size.restype = _C
+        self.path = path
+        self._lib = lib
+        self.best_level: int = lib.qk_best_level()
+
+    def set_spin_ns(self, ns: int) -> None:
+        """How long an idle pool thread spins before it sleeps (default 200 us)."""
+        self._lib.qk_set_spin_ns(int(ns))
+
+    def pool_size(self) -> int:
+        return int(self._lib.qk_pool_size())
+
+    def _level(self, level: int) -> int:
+        if level not in LEVELS:
+            raise QuantKernelError(f"level must be one of {sorted(LEVELS)} "
+                                   f"({', '.join(f'{k}: {v}' for k, v in LEVELS.items())}), "
+                                   f"got {level!r}")
+        if level > self.best_level:
+            raise QuantKernelError(f"this CPU cannot run the {LEVELS[level]} path (best: "
+                                   f"{LEVELS[self.best_level]})")
+        return level
+
+    @staticmethod
+    def _check_w(qt: QType, w: torch.Tensor, n: int, k: int) -> None:
+        if w.dtype != torch.uint8 or w.device.type != "cpu" or w.dim() != 2 \
+                or not w.is_contiguous():
+            raise QuantKernelError(f"quantized rows must be a contiguous CPU uint8 [N, "
+                                   f"bytes_per_row] tensor, got {w.dtype} {tuple(w.shape)} on "
+                                   f"{w.device}")
+        try:
+            rb = qt.row_bytes(k)
+        except ValueError as e:
+            raise QuantKernelError(str(e)) from None
+        if w.shape[1] != rb:
+            raise QuantKernelError(f"{qt.name} rows of K={k} values take {rb} bytes, got rows "
+                                   f"of {w.shape[1]} bytes")
+        if w.shape[0] != n:
+            raise QuantKernelError(f"expected {n} rows, got {w.shape[0]}")
+
+    def matmul(self, qtype: QType, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
+               threads: int = 1, level: int = -1) -> torch.Tensor:
+        """``out[M, N] = x[M, K] @ W^T``; ``x`` and ``out`` float32 CPU with unit column
+        stride (``out`` may be a column slice of a wider tensor); ``w`` ``[N, row_bytes]``."""
+        level = self._level(level)
+        if x.dtype != torch.float32 or out.dtype != torch.float32:
+            raise QuantKernelError(f"x and out must be float32, got {x.dtype} and {out.dtype}")
+        if x.dim() != 2 or out.dim() != 2 or x.stride(1) != 1 or out.stride(1) != 1 \
+                or x.device.type != "cpu" or out.device.type != "cpu":
+            raise QuantKernelError(f"x and out must be 2-D CPU tensors with unit column stride, "
+                                   f"got {tuple(x.shape)} strides {x.stride()} and "
+                                   f"{tuple(out.shape)} strides {out.stride()}")
+        m, k = x.shape
+        n = out.shape[1]
+        if out.shape[0] != m:
+            raise QuantKernelError(f"out has {out.shape[0]} rows, x has {m}")
+        self._check_w(qtype, w, n, k)
+        code = self._lib.qk_matmul(qtype.ggml_id, x.data_ptr(), max(x.stride(0), k), m,
+                                   w.data_ptr(), w.shape[1], n, k, out.data_ptr(),
+                                   max(out.stride(0), n), threads, level)
+        if code:
+            raise QuantKernelError(f"qk_matmul rejected its inputs: "
+                                   f"{_ERRORS.get(code, f'error {code}')} ({qtype.name}, M={m}, "
+                                   f"N={n}, K={k}, threads={threads})")
+        return out
+
+    def dequantize(self, qtype: QType, w: torch.Tensor, k: int, out: torch.Tensor | None = None,
+                   threads: int = 1, level: int = -1) -> torch.Tensor:
+        """The float32 ``[N, K]`` values of ``w`` (into ``out`` when given)."""
+        level = self._level(level)
+        n = w.shape[0] if w.dim() == 2 else -1
+        self._check_w(qtype, w, n, k)
+        if out is None:
+            out = torch.empty((n, k), dtype=torch.float32)
+        elif out.dtype != torch.float32 or tuple(out.shape) != (n, k) or out.stride(1) != 1:
+            raise QuantKernelError(f"out must be float32 [{n}, {k}] with unit column stride, got "
+                                   f"{out.dtype} {tuple(out.shape)}")
+        code = self._lib.qk_dequantize(qtype.ggml_id, w.data_ptr(), w.shape[1], n, k,
+                                       out.data_ptr(), max(out.stride(0), k), threads, level)
+        if code:
+            raise QuantKernelError(f"qk_dequantize rejected its inputs: "
+                                   f"{_ERRORS.get(code, f'error {code}')}")
+        return out
+
+
+def ensure_built(compiler_name: str | None = None) -> Path:
+    return build_shared("qkernels", SOURCE, FLAGS, "quantized matmul kernels", compiler_name)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> QuantKernel:
+    return QuantKernel(path)
+
+
+def load_quant_kernel(compiler_name: str | None = None) -> QuantKernel:
+    """Build (once per machine) and load the library; one loaded object per built file.
+    ``KernelBuildError`` when it cannot be built or loaded here."""
+    return _load(str(ensure_built(compiler_name)))

@@ -1,0 +1,781 @@
+/* Matrix products with GGUF-quantized weights kept quantized in memory.
+ *
+ *   y[M, N] = x[M, K] @ W^T      x, y float32 row-major; W = N rows of K values, each row the
+ *                                GGUF blocks of that row exactly as a .gguf file stores them.
+ *
+ * Block types (byte layouts as in ggml / the gguf Python package):
+ *   Q8_0 (32 values, 34 bytes): fp16 d, int8 q[32];                  x = d*q
+ *   Q4_0 (32 values, 18 bytes): fp16 d, u8 qs[16] (nibbles);         x = d*(q-8)
+ *   Q4_1 (32 values, 20 bytes): fp16 d, fp16 m, u8 qs[16];           x = d*q + m
+ *       value j < 16 is the low nibble of qs[j], value j+16 its high nibble.
+ *   Q4_K (256 values, 144 bytes): fp16 d, fp16 dmin, u8 scales[12] (8 6-bit scales and 8
+ *       6-bit mins), u8 qs[128]; sub-block s (32 values): x = d*sc[s]*q - dmin*mn[s]; the 64
+ *       values of pair p = low then high nibbles of qs[32p .. 32p+32].
+ *   Q6_K (256 values, 210 bytes): u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits),
+ *       int8 scales[16] (one per 16 values), fp16 d; x = d*sc*(q-32).
+ *
+ * Activations stay float32: each weight is dequantized in registers and multiplied by the
+ * float activation (no 8-bit rounding of x; see docs/quantization.md for the measured trade).
+ * The block offsets are folded out of the inner loop with per-block sums of x
+ * (sum x*(q-8) = sum x*q - 8*sum x).
+ *
+ * Paths: a portable scalar C path (always built, always tested) and an x86-64 AVX2+FMA+F16C
+ * path compiled with __attribute__((target)), chosen at run time by CPUID. The file builds with
+ * plain -O3 (no -march), so the same object runs on any x86-64 and the dispatch is real.
+ *
+ * Threads: output rows are split over a small persistent pthread pool (workers spin briefly,
+ * then sleep on a futex). No OpenMP: torch already runs its own OpenMP runtime in this process.
+ */
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#define QK_X86 1
+#include <immintrin.h>
+#else
+#define QK_X86 0
+#endif
+
+#define QK_VERSION 1
+
+/* ggml type ids (gguf.GGMLQuantizationType) */
+#define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q8_0 8
+#define T_Q4_K 12
+#define T_Q6_K 14
+
+#define E_OK 0
+#define E_TYPE -1
+#define E_SHAPE -2
+#define E_ROWBYTES -3
+#define E_NOMEM -4
+#define E_LEVEL -5
+#define E_THREADS -6
+
+/* ------------------------------------------------------------------------------------------ */
+/* fp16 -> fp32, portable */
+
+static inline float h2f(const uint8_t *p) {
+    uint16_t h = (uint16_t)(p[0] | (p[1] << 8));
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do { e++; man <<= 1; } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3FF) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    union { uint32_t u; float f; } v = {bits};
+    return v.f;
+}
+
+typedef struct { int block; int bytes; } qinfo;
+
+static int type_info(int t, qinfo *qi) {
+    switch (t) {
+    case T_Q8_0: qi->block = 32; qi->bytes = 34; return 1;
+    case T_Q4_0: qi->block = 32; qi->bytes = 18; return 1;
+    case T_Q4_1: qi->block = 32; qi->bytes = 20; return 1;
+    case T_Q4_K: qi->block = 256; qi->bytes = 144; return 1;
+    case T_Q6_K: qi->block = 256; qi->bytes = 210; return 1;
+    default: return 0;
+    }
+}
+
+static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* scalar path: dequantize one row; dot of one row with x (xs = per-32 sums of x) */
+
+static void deq_scalar(int t, const uint8_t *w, int64_t nb, float *out) {
+    for (int64_t b = 0; b < nb; b++) {
+        switch (t) {
+        case T_Q8_0: {
+            const uint8_t *p = w + b * 34;
+            float d = h2f(p);
+            const int8_t *q = (const int8_t *)(p + 2);
+            for (int j = 0; j < 32; j++) out[b * 32 + j] = d * q[j];
+            break;
+        }
+        case T_Q4_0: {
+            const uint8_t *p = w + b * 18;
+            float d = h2f(p);
+            for (int j = 0; j < 16; j++) {
+                out[b * 32 + j] = d * ((p[2 + j] & 0xF) - 8);
+                out[b * 32 + j + 16] = d * ((p[2 + j] >> 4) - 8);
+            }
+            break;
+        }
+        case T_Q4_1: {
+            const uint8_t *p = w + b * 20;
+            float d = h2f(p), m = h2f(p + 2);
+            for (int j = 0; j < 16; j++) {
+                out[b * 32 + j] = d * (p[4 + j] & 0xF) + m;
+                out[b * 32 + j + 16] = d * (p[4 + j] >> 4) + m;
+            }
+            break;
+        }
+        case T_Q4_K: {
+            const uint8_t *p = w + b * 144;
+            float d = h2f(p), dmin = h2f(p + 2);
+            const uint8_t *sc = p + 4, *qs = p + 16;
+            float *o = out + b * 256;
+            for (int pr = 0; pr < 4; pr++) {
+                int s1, m1, s2, m2;
+                k4_scale_min(2 * pr, sc, &s1, &m1);
+                k4_scale_min(2 * pr + 1, sc, &s2, &m2);
+                float d1 = d * s1, o1 = dmin * m1, d2 = d * s2, o2 = dmin * m2;
+                for (int l = 0; l < 32; l++) o[l] = d1 * (qs[l] & 0xF) - o1;
+                for (int l = 0; l < 32; l++) o[32 + l] = d2 * (qs[l] >> 4) - o2;
+                o += 64;
+                qs += 32;
+            }
+            break;
+        }
+        case T_Q6_K: {
+            const uint8_t *p = w + b * 210;
+            const uint8_t *ql = p, *qh = p + 128;
+            const int8_t *sc = (const int8_t *)(p + 192);
+            float d = h2f(p + 208);
+            float *o = out + b * 256;
+            for (int n = 0; n < 2; n++) {
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    o[l] = d * sc[is + 0] * q1;
+                    o[l + 32] = d * sc[is + 2] * q2;
+                    o[l + 64] = d * sc[is + 4] * q3;
+                    o[l + 96] = d * sc[is + 6] * q4;
+                }
+                o += 128;
+                ql += 64;
+                qh += 32;
+                sc += 8;
+            }
+            break;
+        }
+        }
+    }
+}
+
+static float dot_scalar(int t, const uint8_t *w, int64_t nb, const float *x, const float *xs) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        switch (t) {
+        case T_Q8_0: {
+            const uint8_t *p = w + b * 34;
+            const int8_t *q = (const int8_t *)(p + 2);
+            const float *xb = x + b * 32;
+            float s = 0.0f;
+            for (int j = 0; j < 32; j++) s += xb[j] * q[j];
+            acc += h2f(p) * s;
+            break;
+        }
+        case T_Q4_0:
+        case T_Q4_1: {
+            int q41 = t == T_Q4_1;
+            const uint8_t *p = w + b * (q41 ? 20 : 18);
+            const uint8_t *qs = p + (q41 ? 4 : 2);
+            const float *xb = x + b * 32;
+            float s = 0.0f;
+            for (int j = 0; j < 16; j++) s += xb[j] * (qs[j] & 0xF) + xb[j + 16] * (qs[j] >> 4);
+            acc += q41 ? h2f(p) * s + h2f(p + 2) * xs[b] : h2f(p) * (s - 8.0f * xs[b]);
+            break;
+        }
+        case T_Q4_K: {
+            const uint8_t *p = w + b * 144;
+            float d = h2f(p), dmin = h2f(p + 2);
+            const uint8_t *sc = p + 4, *qs = p + 16;
+            const float *xb = x + b * 256;
+            const float *sb = xs + b * 8;
+            for (int pr = 0; pr < 4; pr++) {
+                int s1, m1, s2, m2;
+                k4_scale_min(2 * pr, sc, &s1, &m1);
+                k4_scale_min(2 * pr + 1, sc, &s2, &m2);
+                float a = 0.0f, c = 0.0f;
+                for (int l = 0; l < 32; l++) {
+                    a += xb[l] * (qs[l] & 0xF);
+                    c += xb[32 + l] * (qs[l] >> 4);
+                }
+                acc += d * (s1 * a + s2 * c) - dmin * (m1 * sb[2 * pr] + m2 * sb[2 * pr + 1]);
+                xb += 64;
+                qs += 32;
+            }
+            break;
+        }
+        case T_Q6_K: {
+            const uint8_t *p = w + b * 210;
+            const uint8_t *ql = p, *qh = p + 128;
+            const int8_t *sc = (const int8_t *)(p + 192);
+            float d = h2f(p + 208);
+            const float *xb = x + b * 256;
+            float s = 0.0f;
+            for (int n = 0; n < 2; n++) {
+                float g[8] = {0};
+                for (int l = 0; l < 32; l++) {
+                    int is = l / 16;
+                    int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    g[is + 0] += xb[l] * q1;
+                    g[is + 2] += xb[l + 32] * q2;
+                    g[is + 4] += xb[l + 64] * q3;
+                    g[is + 6] += xb[l + 96] * q4;
+                }
+                for (int i = 0; i < 8; i++) s += sc[i] * g[i];
+                xb += 128;
+                ql += 64;
+                qh += 32;
+                sc += 8;
+            }
+            acc += d * s;
+            break;
+        }
+        }
+    }
+    return acc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* AVX2 + FMA + F16C path */
+
+#if QK_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static inline float h2f_avx(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* 8 unsigned bytes at p -> 8 floats */
+AVX2 static inline __m256 u8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+/* sum of x[0..32) * nibbles (low nibbles of 16 bytes are values 0..15, high nibbles 16..31) */
+AVX2 static inline __m256 nib_dot32(const uint8_t *qs, const float *x) {
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0F);
+    __m128i lo = _mm_and_si128(q, m);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
+    __m256 s = _mm256_mul_ps(u8x8(lo), _mm256_loadu_ps(x));
+    s = _mm256_fmadd_ps(u8x8(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), s);
+    __m256 t = _mm256_mul_ps(u8x8(hi), _mm256_loadu_ps(x + 16));
+    t = _mm256_fmadd_ps(u8x8(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), t);
+    return _mm256_add_ps(s, t);
+}
+
+AVX2 static float dot_avx2(int t, const uint8_t *w, int64_t nb, const float *x,
+                           const float *xs) {
+    __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
+    float tail = 0.0f;
+    switch (t) {
+    case T_Q8_0:
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + b * 34;
+            const float *xb = x + b * 32;
+            __m256 s = _mm256_mul_ps(
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 2)))),
+                _mm256_loadu_ps(xb));
+            for (int j = 8; j < 32; j += 8)
+                s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                        _mm_loadl_epi64((const __m128i *)(p + 2 + j)))),
+                                    _mm256_loadu_ps(xb + j), s);
+            if (b & 1)
+                acc2 = _mm256_fmadd_ps(s, _mm256_set1_ps(h2f_avx(p)), acc2);
+            else
+                acc = _mm256_fmadd_ps(s, _mm256_set1_ps(h2f_avx(p)), acc);
+        }
+        break;
+    case T_Q4_0:
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + b * 18;
+            __m256 s = nib_dot32(p + 2, x + b * 32);
+            float d = h2f_avx(p);
+            tail -= 8.0f * d * xs[b];
+            if (b & 1)
+                acc2 = _mm256_fmadd_ps(s, _mm256_set1_ps(d), acc2);
+            else
+                acc = _mm256_fmadd_ps(s, _mm256_set1_ps(d), acc);
+        }
+        break;
+    case T_Q4_1:
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + b * 20;
+            __m256 s = nib_dot32(p + 4, x + b * 32);
+            tail += h2f_avx(p + 2) * xs[b];
+            if (b & 1)
+                acc2 = _mm256_fmadd_ps(s, _mm256_set1_ps(h2f_avx(p)), acc2);
+            else
+                acc = _mm256_fmadd_ps(s, _mm256_set1_ps(h2f_avx(p)), acc);
+        }
+        break;
+    case T_Q4_K:
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + b * 144;
+            float d = h2f_avx(p), dmin = h2f_avx(p + 2);
+            const uint8_t *sc = p + 4, *qs = p + 16;
+            const float *xb = x + b * 256;
+            const float *sb = xs + b * 8;
+            __m128i m = _mm_set1_epi8(0x0F);
+            for (int pr = 0; pr < 4; pr++) {
+                int s1, m1, s2, m2;
+                k4_scale_min(2 * pr, sc, &s1, &m1);
+                k4_scale_min(2 * pr + 1, sc, &s2, &m2);
+                __m128i q0 = _mm_loadu_si128((const __m128i *)qs);
+                __m128i q1 = _mm_loadu_si128((const __m128i *)(qs + 16));
+                __m128i l0 = _mm_and_si128(q0, m), l1 = _mm_and_si128(q1, m);
+                __m128i h0 = _mm_and_si128(_mm_srli_epi16(q0, 4), m);
+                __m128i h1 = _mm_and_si128(_mm_srli_epi16(q1, 4), m);
+                __m256 a = _mm256_mul_ps(u8x8(l0), _mm256_loadu_ps(xb));
+                a = _mm256_fmadd_ps(u8x8(_mm_srli_si128(l0, 8)), _mm256_loadu_ps(xb + 8), a);
+                a = _mm256_fmadd_ps(u8x8(l1), _mm256_loadu_ps(xb + 16), a);
+                a = _mm256_fmadd_ps(u8x8(_mm_srli_si128(l1, 8)), _mm256_loadu_ps(xb + 24), a);
+                __m256 c = _mm256_mul_ps(u8x8(h0), _mm256_loadu_ps(xb + 32));
+                c = _mm256_fmadd_ps(u8x8(_mm_srli_si128(h0, 8)), _mm256_loadu_ps(xb + 40), c);
+                c = _mm256_fmadd_ps(u8x8(h1), _mm256_loadu_ps(xb + 48), c);
+                c = _mm256_fmadd_ps(u8x8(_mm_srli_si128(h1, 8)), _mm256_loadu_ps(xb + 56), c);
+                acc = _mm256_fmadd_ps(a, _mm256_set1_ps(d * s1), acc);
+                acc2 = _mm256_fmadd_ps(c, _mm256_set1_ps(d * s2), acc2);
+                tail -= dmin * (m1 * sb[2 * pr] + m2 * sb[2 * pr + 1]);
+                xb += 64;
+                qs += 32;
+            }
+        }
+        break;
+    case T_Q6_K:
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + b * 210;
+            const uint8_t *ql = p, *qh = p + 128;
+            const int8_t *sc = (const int8_t *)(p + 192);
+            float d = h2f_avx(p + 208);
+            const float *xb = x + b * 256;
+            const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(3);
+            const __m256i off = _mm256_set1_epi32(32);
+            for (int n = 0; n < 2; n++) {
+                for (int l = 0; l < 32; l += 8) {
+                    int is = l / 16;
+                    __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                    __m256i c =
+                        _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l + 32)));
+                    __m256i h = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                    __m256i q1 = _mm256_or_si256(_mm256_and_si256(a, m4),
+                                                 _mm256_slli_epi32(_mm256_and_si256(h, m3), 4));
+                    __m256i q2 = _mm256_or_si256(
+                        _mm256_and_si256(c, m4),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 2), m3), 4));
+                    __m256i q3 = _mm256_or_si256(
+                        _mm256_srli_epi32(a, 4),
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(h, 4), m3), 4));
+                    __m256i q4 = _mm256_or_si256(_mm256_srli_epi32(c, 4),
+                                                 _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4));
+                    __m256 f1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q1, off));
+                    __m256 f2 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q2, off));
+                    __m256 f3 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q3, off));
+                    __m256 f4 = _mm256_cvtepi32_ps(_mm256_sub_epi32(q4, off));
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(f1, _mm256_loadu_ps(xb + l)),
+                                          _mm256_set1_ps(d * sc[is]), acc);
+                    acc2 = _mm256_fmadd_ps(_mm256_mul_ps(f2, _mm256_loadu_ps(xb + l + 32)),
+                                           _mm256_set1_ps(d * sc[is + 2]), acc2);
+                    acc = _mm256_fmadd_ps(_mm256_mul_ps(f3, _mm256_loadu_ps(xb + l + 64)),
+                                          _mm256_set1_ps(d * sc[is + 4]), acc);
+                    acc2 = _mm256_fmadd_ps(_mm256_mul_ps(f4, _mm256_loadu_ps(xb + l + 96)),
+                                           _mm256_set1_ps(d * sc[is + 6]), acc2);
+                }
+                xb += 128;
+                ql += 64;
+                qh += 32;
+                sc += 8;
+            }
+        }
+        break;
+    }
+    return hsum8(_mm256_add_ps(acc, acc2)) + tail;
+}
+
+/* Dequantize with AVX2: only the common 32-blocks are vectorized; K-quants reuse the scalar
+ * code (the tiled path is compute-bound on the dot products, not on this). */
+AVX2 static void deq_avx2(int t, const uint8_t *w, int64_t nb, float *out) {
+    if (t != T_Q4_0 && t != T_Q4_1 && t != T_Q8_0) {
+        deq_scalar(t, w, nb, out);
+        return;
+    }
+    const __m128i m = _mm_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        float *o = out + b * 32;
+        if (t == T_Q8_0) {
+            const uint8_t *p = w + b * 34;
+            __m256 d = _mm256_set1_ps(h2f_avx(p));
+            for (int j = 0; j < 32; j += 8)
+                _mm256_storeu_ps(o + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                              _mm_loadl_epi64((const __m128i *)(p + 2 + j))))));
+            continue;
+        }
+        int q41 = t == T_Q4_1;
+        const uint8_t *p = w + b * (q41 ? 20 : 18);
+        __m256 d = _mm256_set1_ps(h2f_avx(p));
+        __m256 mn = _mm256_set1_ps(q41 ? h2f_avx(p + 2) : -8.0f * h2f_avx(p));
+        __m128i q = _mm_loadu_si128((const __m128i *)(p + (q41 ? 4 : 2)));
+        __m128i lo = _mm_and_si128(q, m), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(u8x8(lo), d, mn));
+        _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(u8x8(_mm_srli_si128(lo, 8)), d, mn));
+        _mm256_storeu_ps(o + 16, _mm256_fmadd_ps(u8x8(hi), d, mn));
+        _mm256_storeu_ps(o + 24, _mm256_fmadd_ps(u8x8(_mm_srli_si128(hi, 8)), d, mn));
+    }
+}
+
+/* 4 dot products of one x row with 4 dequantized rows (length k, multiple of 32) */
+AVX2 static void dot4_f32_avx2(const float *x, const float *w0, int64_t k, float *out) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const float *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;
+    for (int64_t i = 0; i < k; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w0 + i), a0);
+        a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w1 + i), a1);
+        a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w2 + i), a2);
+        a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w3 + i), a3);
+    }
+    out[0] = hsum8(a0);
+    out[1] = hsum8(a1);
+    out[2] = hsum8(a2);
+    out[3] = hsum8(a3);
+}
+
+static int have_avx2(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                 __builtin_cpu_supports("f16c");
+    }
+    return cached;
+}
+#else
+static int have_avx2(void) { return 0; }
+#endif
+
+static void dot4_f32_scalar(const float *x, const float *w0, int64_t k, float *out) {
+    for (int r = 0; r < 4; r++) {
+        const float *w = w0 + r * k;
+        float s = 0.0f;
+        for (int64_t i = 0; i < k; i++) s += x[i] * w[i];
+        out[r] = s;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* thread pool: workers spin for a while after each job, then sleep on a futex */
+
+typedef void (*job_fn)(void *arg, int tid, int nth);
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t pool_threads[256];
+static uint32_t pool_start_gen[256];
+static int pool_size = 0;
+static _Atomic uint32_t pool_gen = 0;
+static _Atomic int pool_pending = 0;
+static _Atomic int pool_sleepers = 0;
+static _Atomic int pool_stop = 0;
+static job_fn pool_fn;
+static void *pool_arg;
+static int pool_nth;
+static _Atomic long pool_spin_ns = 200000; /* how long an idle worker spins before sleeping */
+
+static inline void cpu_relax(void) {
+#if QK_X86
+    _mm_pause();
+#endif
+}
+
+static long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val) {
+#if defined(__linux__)
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+#else
+    (void)addr; (void)val;
+    sched_yield();
+#endif
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr) {
+#if defined(__linux__)
+    syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#else
+    (void)addr;
+#endif
+}
+
+static void *pool_main(void *p) {
+    int idx = (int)(intptr_t)p; /* worker idx runs tid idx + 1 */
+    /* the generation before the job that created this worker (read under the pool lock) */
+    uint32_t seen = pool_start_gen[idx];
+    for (;;) {
+        long start = now_ns();
+        int spins = 0;
+        while (atomic_load_explicit(&pool_gen, memory_order_acquire) == seen) {
+            cpu_relax();
+            if (++spins == 256) {
+                spins = 0;
+                if (now_ns() - start > atomic_load_explicit(&pool_spin_ns, memory_order_relaxed)) {
+                    atomic_fetch_add(&pool_sleepers, 1);
+                    if (atomic_load(&pool_gen) == seen) futex_wait(&pool_gen, seen);
+                    atomic_fetch_sub(&pool_sleepers, 1);
+                    start = now_ns();
+                }
+            }
+        }
+        seen = atomic_load(&pool_gen);
+        if (atomic_load(&pool_stop)) return NULL;
+        if (idx + 1 < pool_nth) pool_fn(pool_arg, idx + 1, pool_nth);
+        /* every worker acknowledges every job, so none can lag into the next one */
+        atomic_fetch_sub_explicit(&pool_pending, 1, memory_order_release);
+    }
+}
+
+static void pool_atfork_child(void) {
+    /* threads do not survive fork: start a fresh pool on the next call */
+    pthread_mutex_init(&pool_lock, NULL);
+    pool_size = 0;
+    atomic_store(&pool_sleepers, 0);
+}
+
+static int pool_run(job_fn fn, void *arg, int nth) {
+    if (nth <= 1) {
+        fn(arg, 0, 1);
+        return E_OK;
+    }
+    pthread_mutex_lock(&pool_lock);
+    static int atfork_done = 0;
+    if (!atfork_done) {
+        pthread_atfork(NULL, NULL, pool_atfork_child);
+        atfork_done = 1;
+    }
+    while (pool_size < nth - 1) {
+        pool_start_gen[pool_size] = atomic_load(&pool_gen);
+        if (pthread_create(&pool_threads[pool_size], NULL, pool_main,
+                           (void *)(intptr_t)pool_size) != 0) {
+            if (pool_size == 0) {
+                pthread_mutex_unlock(&pool_lock);
+                fn(arg, 0, 1);
+                return E_OK;
+            }
+            nth = pool_size + 1; /* run with the workers we have */
+            break;
+        }
+        pthread_detach(pool_threads[pool_size]);
+        pool_size++;
+    }
+    pool_fn = fn;
+    pool_arg = arg;
+    pool_nth = nth;
+    atomic_store(&pool_pending, pool_size);
+    atomic_fetch_add(&pool_gen, 1);
+    if (atomic_load(&pool_sleepers) > 0) futex_wake_all(&pool_gen);
+    fn(arg, 0, nth);
+    while (atomic_load_explicit(&pool_pending, memory_order_acquire) > 0) cpu_relax();
+    pthread_mutex_unlock(&pool_lock);
+    return E_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* jobs */
+
+typedef struct {
+    int t, level;
+    const float *x;
+    int64_t ldx, m;
+    const uint8_t *w;
+    int64_t row_bytes, n, k, nb;
+    float *y;
+    int64_t ldy;
+    const float *xs; /* [m, k/32] sums of x per 32 values */
+    int failed;
+} job_t;
+
+static void rows_of(int64_t n, int tid, int nth, int64_t *r0, int64_t *r1) {
+    /* contiguous row ranges, multiples of 4 rows except the last */
+    int64_t per = ((n + nth - 1) / nth + 3) & ~(int64_t)3;
+    *r0 = per * tid < n ? per * tid : n;
+    *r1 = per * (tid + 1) < n ? per * (tid + 1) : n;
+}
+
+static void gemv_job(void *a, int tid, int nth) {
+    job_t *j = a;
+    int64_t r0, r1;
+    rows_of(j->n, tid, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = j->w + r * j->row_bytes;
+#if QK_X86
+        if (j->level == 1) {
+            j->y[r] = dot_avx2(j->t, wr, j->nb, j->x, j->xs);
+            continue;
+        }
+#endif
+        j->y[r] = dot_scalar(j->t, wr, j->nb, j->x, j->xs);
+    }
+}
+
+/* M > 1: dequantize 4 rows at a time into a scratch and dot them with every x row */
+static void tiled_job(void *a, int tid, int nth) {
+    job_t *j = a;
+    int64_t r0, r1;
+    rows_of(j->n, tid, nth, &r0, &r1);
+    if (r0 >= r1) return;
+    float *scr = aligned_alloc(64, (size_t)(4 * j->k * sizeof(float) + 64) & ~(size_t)63);
+    if (!scr) {
+        j->failed = 1;
+        return;
+    }
+    float out4[4];
+    for (int64_t r = r0; r < r1; r += 4) {
+        int rows = r1 - r < 4 ? (int)(r1 - r) : 4;
+        for (int i = 0; i < 4; i++) {
+            if (i < rows) {
+#if QK_X86
+                if (j->level == 1)
+                    deq_avx2(j->t, j->w + (r + i) * j->row_bytes, j->nb, scr + i * j->k);
+                else
+#endif
+                    deq_scalar(j->t, j->w + (r + i) * j->row_bytes, j->nb, scr + i * j->k);
+            } else {
+                memset(scr + i * j->k, 0, j->k * sizeof(float));
+            }
+        }
+        for (int64_t mi = 0; mi < j->m; mi++) {
+#if QK_X86
+            if (j->level == 1)
+                dot4_f32_avx2(j->x + mi * j->ldx, scr, j->k, out4);
+            else
+#endif
+                dot4_f32_scalar(j->x + mi * j->ldx, scr, j->k, out4);
+            for (int i = 0; i < rows; i++) j->y[mi * j->ldy + r + i] = out4[i];
+        }
+    }
+    free(scr);
+}
+
+static void deq_job(void *a, int tid, int nth) {
+    job_t *j = a;
+    int64_t r0, r1;
+    rows_of(j->n, tid, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+#if QK_X86
+        if (j->level == 1) {
+            deq_avx2(j->t, j->w + r * j->row_bytes, j->nb, j->y + r * j->ldy);
+            continue;
+        }
+#endif
+        deq_scalar(j->t, j->w + r * j->row_bytes, j->nb, j->y + r * j->ldy);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* exported API */
+
+int qk_version(void) { return QK_VERSION; }
+
+/* best level this CPU runs: 0 scalar, 1 AVX2+FMA+F16C */
+int qk_best_level(void) { return have_avx2() ? 1 : 0; }
+
+void qk_set_spin_ns(long ns) { atomic_store(&pool_spin_ns, ns); }
+
+int qk_pool_size(void) { return pool_size; }
+
+static int check(int t, int64_t n, int64_t k, int64_t row_bytes, int nthreads, int *level,
+                 int64_t *nb) {
+    qinfo qi;
+    if (!type_info(t, &qi)) return E_TYPE;
+    if (n < 0 || k <= 0 || k % qi.block) return E_SHAPE;
+    *nb = k / qi.block;
+    if (row_bytes != *nb * qi.bytes) return E_ROWBYTES;
+    if (nthreads < 1 || nthreads > 256) return E_THREADS;
+    if (*level < 0) *level = qk_best_level();
+    if (*level > qk_best_level()) return E_LEVEL;
+    return E_OK;
+}
+
+/* y[m, ldy] (columns 0..n) = x[m, ldx] (columns 0..k) @ W^T; level -1: best for this CPU. */
+int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, int64_t row_bytes,
+              int64_t n, int64_t k, float *y, int64_t ldy, int nthreads, int level) {
+    int64_t nb;
+    int rc = check(t, n, k, row_bytes, nthreads, &level, &nb);
+    if (rc) return rc;
+    if (m < 0 || ldx < k || ldy < n) return E_SHAPE;
+    if (m == 0 || n == 0) return E_OK;
+    job_t j = {t, level, x, ldx, m, w, row_bytes, n, k, nb, y, ldy, NULL, 0};
+    if (m == 1) {
+        int64_t ns = k / 32;
+        float *xs = malloc(ns * sizeof(float));
+        if (!xs) return E_NOMEM;
+        for (int64_t b = 0; b < ns; b++) {
+            float s = 0.0f;
+            for (int i = 0; i < 32; i++) s += x[b * 32 + i];
+            xs[b] = s;
+        }
+        j.xs = xs;
+        if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
+        pool_run(gemv_job, &j, nthreads);
+        free(xs);
+        return E_OK;
+    }
+    if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
+    pool_run(tiled_job, &j, nthreads);
+    return j.failed ? E_NOMEM : E_OK;
+}
+
+/* out[n, ldo] (columns 0..k) = the dequantized rows of W */
+int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t k, float *out,
+                  int64_t ldo, int nthreads, int level) {
+    int64_t nb;
+    int rc = check(t, n, k, row_bytes, nthreads, &level, &nb);
+    if (rc) return rc;
+    if (ldo < k) return E_SHAPE;
+    if (n == 0) return E_OK;
+    job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0};
+    if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
+    pool_run(deq_job, &j, nthreads);
+    return E_OK;
+}

@@ -1,0 +1,128 @@
+"""Float weights -> GGUF blocks (numpy), for quantizing Hugging Face weights at load.
+
+Q8_0, Q4_0 and Q4_1 follow ggml's reference quantizers (round-to-nearest, the same bytes as
+``gguf.quants.quantize``). Q4_K and Q6_K use a plain min/max fit per sub-block (ggml's
+``quantize_row_q4_K_ref`` searches scales iteratively; ours is simpler and a little less
+accurate, the layout is the same, so the kernels and any GGUF reader take it unchanged).
+Rows are quantized in chunks to bound the float64 scratch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aioengine.worker.quant.kernel import QType, qtype_of
+
+_CHUNK_ROWS = 4096
+
+
+def _f16(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float16).view(np.uint8).reshape(*a.shape, 2)
+
+
+def _roundf(x: np.ndarray) -> np.ndarray:
+    """C's roundf (halves away from zero), as ggml rounds; numpy rounds halves to even."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def _q8_0(x: np.ndarray) -> np.ndarray:  # x [n, nb, 32]
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    d = amax / 127.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(d > 0, _roundf(x / d), 0).astype(np.int8)
+    return np.concatenate([_f16(d[..., 0]), q.view(np.uint8)], axis=-1)
+
+
+def _pack_nibbles(q: np.ndarray) -> np.ndarray:  # q [.., 32] in 0..15
+    return (q[..., :16] | (q[..., 16:] << 4)).astype(np.uint8)
+
+
+def _q4_0(x: np.ndarray) -> np.ndarray:
+    idx = np.abs(x).argmax(axis=-1)[..., None]
+    mx = np.take_along_axis(x, idx, axis=-1)
+    d = mx / -8.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.where(d != 0, 1.0 / d, 0.0)
+    q = np.clip(np.trunc(x * inv + 8.5), 0, 15).astype(np.uint8)
+    return np.concatenate([_f16(d[..., 0]), _pack_nibbles(q)], axis=-1)
+
+
+def _q4_1(x: np.ndarray) -> np.ndarray:
+    lo = x.min(axis=-1, keepdims=True)
+    hi = x.max(axis=-1, keepdims=True)
+    d = (hi - lo) / 15.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.where(d != 0, 1.0 / d, 0.0)
+    q = np.clip(np.trunc((x - lo) * inv + 0.5), 0, 15).astype(np.uint8)
+    return np.concatenate([_f16(d[..., 0]), _f16(lo[..., 0]), _pack_nibbles(q)], axis=-1)
+
+
+def _q4_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
+    sub = x.reshape(*x.shape[:-1], 8, 32)
+    lo = np.minimum(sub.min(axis=-1), 0.0)
+    hi = sub.max(axis=-1)
+    scale = (hi - lo) / 15.0
+    mins = -lo
+    d = scale.max(axis=-1, keepdims=True) / 63.0
+    dmin = mins.max(axis=-1, keepdims=True) / 63.0
+    d = d.astype(np.float16).astype(np.float64)
+    dmin = dmin.astype(np.float16).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d > 0, np.clip(np.round(scale / d), 0, 63), 0).astype(np.int64)
+        mn = np.where(dmin > 0, np.clip(np.round(mins / dmin), 0, 63), 0).astype(np.int64)
+        step = d * sc
+        offs = dmin * mn
+        q = np.where(step[..., None] > 0,
+                     np.round((sub + offs[..., None]) / step[..., None]), 0)
+    q = np.clip(q, 0, 15).astype(np.uint8)  # [n, nb, 8, 32]
+    scales = np.zeros((*x.shape[:-1], 12), dtype=np.uint8)
+    for j in range(4):
+        scales[..., j] = sc[..., j] | ((sc[..., j + 4] >> 4) << 6)
+        scales[..., j + 4] = mn[..., j] | ((mn[..., j + 4] >> 4) << 6)
+        scales[..., j + 8] = (sc[..., j + 4] & 0xF) | ((mn[..., j + 4] & 0xF) << 4)
+    pairs = q.reshape(*x.shape[:-1], 4, 2, 32)
+    qs = (pairs[..., 0, :] | (pairs[..., 1, :] << 4)).reshape(*x.shape[:-1], 128)
+    return np.concatenate([_f16(d[..., 0]), _f16(dmin[..., 0]), scales, qs.astype(np.uint8)],
+                          axis=-1)
+
+
+def _q6_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
+    sub = x.reshape(*x.shape[:-1], 16, 16)
+    amax = np.abs(sub).max(axis=-1)
+    scale = amax / 31.0
+    d = (scale.max(axis=-1, keepdims=True) / 127.0).astype(np.float16).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d > 0, np.clip(np.round(scale / d), -128, 127), 0).astype(np.int64)
+        step = d * sc
+        q = np.where(step[..., None] != 0, np.round(sub / step[..., None]), 0)
+    q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(*x.shape[:-1], 2, 4, 32)
+    # value index within a 128-half: v = 32*g + l, g in 0..3
+    ql = np.empty((*x.shape[:-1], 2, 64), dtype=np.uint8)
+    ql[..., :32] = (q[..., 0, :] & 0xF) | ((q[..., 2, :] & 0xF) << 4)
+    ql[..., 32:] = (q[..., 1, :] & 0xF) | ((q[..., 3, :] & 0xF) << 4)
+    qh = ((q[..., 0, :] >> 4) | ((q[..., 1, :] >> 4) << 2) | ((q[..., 2, :] >> 4) << 4)
+          | ((q[..., 3, :] >> 4) << 6)).astype(np.uint8)
+    return np.concatenate([ql.reshape(*x.shape[:-1], 128), qh.reshape(*x.shape[:-1], 64),
+                           sc.astype(np.int8).view(np.uint8), _f16(d[..., 0])], axis=-1)
+
+
+_QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q4_k": _q4_k, "q6_k": _q6_k}
+
+
+def quantize(values: np.ndarray, qtype: str | QType | object) -> np.ndarray:
+    """``values`` ``[N, K]`` (float) -> ``[N, bytes_per_row]`` uint8 blocks of ``qtype``
+    (ValueError naming the problem when K is not whole blocks or the type is unknown)."""
+    qt = qtype if isinstance(qtype, QType) else qtype_of(qtype)
+    values = np.asarray(values)
+    if values.ndim != 2:
+        raise ValueError(f"quantize takes a 2-D [N, K] array, got shape {values.shape}")
+    n, k = values.shape
+    row_bytes = qt.row_bytes(k)
+    if not np.isfinite(values).all():
+        raise ValueError("cannot quantize weights holding NaN or infinity")
+    out = np.empty((n, row_bytes), dtype=np.uint8)
+    fn = _QUANTIZERS[qt.name]
+    for r in range(0, n, _CHUNK_ROWS):
+        chunk = values[r:r + _CHUNK_ROWS].astype(np.float64).reshape(-1, k // qt.block, qt.block)
+        out[r:r + _CHUNK_ROWS] = fn(chunk).reshape(-1, row_bytes)
+    return out
