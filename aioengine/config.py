@@ -20,6 +20,7 @@ EXECUTORS = ("auto", "uniproc", "mp")
 LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 DETOKENIZE_IN = ("host", "engine", "process")
 CPU_DECODE_ATTENTION = ("auto", "kernel", "sdpa")
+QUANTIZATIONS = ("gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,11 @@ class EngineConfig:
     the system compiler, ``$AIOENGINE_CC`` or ``cc``, cached under ``$AIOENGINE_CACHE/kernels``;
     an error if it cannot be built), ``sdpa`` (torch SDPA), or ``auto`` (the kernel; SDPA with
     one warning when it cannot be built). Other devices and dtypes always use SDPA."""
+    quantization: str | None = None
+    """Keep linear weights (and the LM head) quantized in memory, computed by our C kernels on
+    CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
+    ``q4_0``, ``q4_1``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
+    already of that type are kept). None: float weights (GGUF files dequantized at load)."""
     dist_init_addr: str | None = None
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -100,6 +106,9 @@ class EngineConfig:
         _one_of("load_format", self.load_format, LOAD_FORMATS)
         _one_of("detokenize_in", self.detokenize_in, DETOKENIZE_IN)
         _one_of("cpu_decode_attention", self.cpu_decode_attention, CPU_DECODE_ATTENTION)
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be None or one of {QUANTIZATIONS}, got "
+                             f"{self.quantization!r}")
         scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
         if scheme not in TRANSPORT_SCHEMES:
             raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "
@@ -183,7 +192,7 @@ class EngineConfig:
 
 _CHOICES = {"dtype": DTYPES, "device": DEVICES, "executor": EXECUTORS,
             "load_format": LOAD_FORMATS, "detokenize_in": DETOKENIZE_IN,
-            "cpu_decode_attention": CPU_DECODE_ATTENTION}
+            "cpu_decode_attention": CPU_DECODE_ATTENTION, "quantization": QUANTIZATIONS}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

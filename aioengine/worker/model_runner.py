@@ -52,7 +52,8 @@ class ModelRunner:
         resolved = resolve_model(config.model, config.tokenizer)
         self.model, self.hf_config = load_model(
             resolved, dtype=config.dtype, device=device or config.device,
-            load_format=config.load_format, tp_rank=rank, tp_size=world_size, seed=config.seed)
+            load_format=config.load_format, tp_rank=rank, tp_size=world_size, seed=config.seed,
+            quantization=config.quantization)
         self.spec = self.model.spec
         self.device = self.model.device
         self.dtype = self.model.dtype

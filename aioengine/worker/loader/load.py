@@ -39,13 +39,15 @@ def read_model_spec(model_dir: str) -> ModelSpec:
 
 def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtype = "auto",
                device: str | torch.device = "auto", load_format: str = "auto", tp_rank: int = 0,
-               tp_size: int = 1, seed: int = 0) -> tuple[CausalLM, ModelSpec]:
+               tp_size: int = 1, seed: int = 0,
+               quantization: str | None = None) -> tuple[CausalLM, ModelSpec]:
     """Build the model for this rank and fill its weights; returns ``(model, spec)``.
 
     ``path_or_resolved``: a local Hugging Face directory, a GGUF file, a built-in name
     (``tiny``, a preset), or a ``ResolvedModel``. ``load_format``: ``auto`` (what the model
     resolved to), ``safetensors``, ``gguf`` (dequantized to ``dtype``), or ``dummy`` (random
-    weights seeded by ``seed``).
+    weights seeded by ``seed``). ``quantization``: keep linear weights quantized
+    (``EngineConfig.quantization``; CPU only).
     """
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {load_format!r}")
@@ -63,6 +65,14 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
     if load_format == "safetensors" and gguf_file is not None:
         raise ValueError(f"load_format 'safetensors' given for the GGUF file "
                          f"{gguf_file!r}: use 'auto' or 'gguf'")
+    if quantization is not None:
+        if quantization == "gguf" and (gguf_file is None or load_format == "dummy"):
+            raise ValueError(f"quantization 'gguf' keeps a GGUF file's blocks; {resolved.name!r} "
+                             "is not loaded from one (name a block type, e.g. 'q8_0', to "
+                             "quantize its weights at load)")
+        from aioengine.worker.quant.model import quantize_model
+
+        quantize_model(model, quantization)
     if load_format == "dummy":
         load_dummy(model, seed)
     elif gguf_file is not None:

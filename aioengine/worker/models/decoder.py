@@ -161,7 +161,7 @@ class CausalLM(nn.Module):
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.embed_tokens if self.lm_head is None else self.lm_head
-        return lm_logits(hidden, head.weight, self.tp, self.spec.vocab_size)
+        return lm_logits(hidden, head.weight, self.tp, self.spec.vocab_size, head.qhead)
 
     def weight_targets(self) -> dict[str, WeightTarget]:
         """Hugging Face checkpoint name -> where it is loaded (q/k/v and gate/up fused)."""

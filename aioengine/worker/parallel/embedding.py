@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -11,6 +11,9 @@ from torch import nn
 from aioengine.worker.parallel.distributed import all_gather, all_reduce
 from aioengine.worker.parallel.state import TPInfo
 from aioengine.worker.parallel.weights import copy_rows
+
+if TYPE_CHECKING:
+    from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -29,6 +32,20 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = nn.Parameter(
             torch.zeros((self.per_rank, hidden_size), dtype=dtype, device=device),
             requires_grad=False)
+        self.qhead: QuantizedWeight | None = None
+
+    def quantize_head(self, policy: QuantPolicy, keep_float: bool) -> None:
+        """Compute logits from a quantized copy of this table (call before loading);
+        ``keep_float``: keep the float table too (an embedding tied to the head looks rows up
+        in it), else free it."""
+        from aioengine.worker.quant.weight import QuantizedWeight
+
+        if self.weight.device.type != "cpu":
+            raise ValueError(f"quantized weights run on CPU only, the LM head is on "
+                             f"{self.weight.device}")
+        self.qhead = QuantizedWeight(self.per_rank, self.hidden_size, policy)
+        if not keep_float:
+            self.weight = None
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
@@ -43,7 +60,16 @@ class VocabParallelEmbedding(nn.Module):
         return (self.vocab_size, self.hidden_size)
 
     def load(self, src: Any, part: int = 0, is_bias: bool = False) -> None:
-        copy_rows(self.weight.data, src, self.start, self.end - self.start)
+        n = self.end - self.start
+        if self.weight is not None:
+            copy_rows(self.weight.data, src, self.start, n)
+        if self.qhead is not None:
+            from aioengine.worker.quant.weight import source_rows
+
+            qtype, rows = source_rows(src, self.start, n, self.qhead.policy)
+            self.qhead.set_rows(0, qtype, rows)
+            if n < self.per_rank:  # the last rank's padding rows give logits of 0
+                self.qhead.set_rows(n, None, torch.zeros(self.per_rank - n, self.hidden_size))
 
 
 class ParallelLMHead(VocabParallelEmbedding):
@@ -51,12 +77,16 @@ class ParallelLMHead(VocabParallelEmbedding):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full-vocab float32 logits ``[N, vocab]`` on every rank."""
-        return lm_logits(hidden, self.weight, self.tp, self.vocab_size)
+        return lm_logits(hidden, self.weight, self.tp, self.vocab_size, self.qhead)
 
 
-def lm_logits(hidden: torch.Tensor, weight: torch.Tensor, tp: TPInfo,
-              vocab_size: int) -> torch.Tensor:
-    logits = F.linear(hidden, weight)
+def lm_logits(hidden: torch.Tensor, weight: torch.Tensor | None, tp: TPInfo, vocab_size: int,
+              qhead: QuantizedWeight | None = None) -> torch.Tensor:
+    if qhead is not None:
+        logits = qhead(hidden)
+    else:
+        assert weight is not None
+        logits = F.linear(hidden, weight)
     if tp.size > 1:
         logits = all_gather(logits, tp, dim=-1)
     if logits.shape[-1] != vocab_size:

@@ -3,11 +3,15 @@
 Column-parallel splits the output features (no communication); row-parallel splits the input
 features and sums the partial products with one all-reduce. An attention block or an MLP is one
 column-parallel linear followed by one row-parallel linear: one all-reduce per block.
+
+``quantize(policy)`` (before loading) makes a layer keep its weight quantized
+(``aioengine.worker.quant``): column-parallel ranks take their rows' blocks unchanged,
+row-parallel ranks cut every row at a block boundary.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +20,20 @@ from torch import nn
 from aioengine.worker.parallel.distributed import all_reduce
 from aioengine.worker.parallel.state import TPInfo, divide
 from aioengine.worker.parallel.weights import copy_cols, copy_rows
+
+if TYPE_CHECKING:
+    from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
+
+
+def _quantized(module: nn.Module, out_features: int, in_features: int,
+               policy: QuantPolicy) -> QuantizedWeight:
+    from aioengine.worker.quant.weight import QuantizedWeight
+
+    if module.weight.device.type != "cpu":
+        raise ValueError(f"quantized weights run on CPU only, this layer is on "
+                         f"{module.weight.device}")
+    module.weight = None  # the float weight is never allocated for real: freed here
+    return QuantizedWeight(out_features, in_features, policy)
 
 
 def _param(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -42,8 +60,16 @@ class MergedColumnParallelLinear(nn.Module):
         local_out = sum(self.local_sizes)
         self.weight = _param((local_out, in_features), dtype, device)
         self.bias = _param((local_out,), dtype, device) if bias else None
+        self.qweight: QuantizedWeight | None = None
+
+    def quantize(self, policy: QuantPolicy) -> None:
+        """Keep the weight quantized under ``policy`` (call before loading)."""
+        self.qweight = _quantized(self, sum(self.local_sizes), self.in_features, policy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.qweight is not None:
+            out = self.qweight(x).to(x.dtype)
+            return out if self.bias is None else out + self.bias
         return F.linear(x, self.weight, self.bias)
 
     def full_shape(self, part: int, is_bias: bool) -> tuple[int, ...]:
@@ -52,9 +78,15 @@ class MergedColumnParallelLinear(nn.Module):
         return (size,) if is_bias else (size, self.in_features)
 
     def load(self, src: Any, part: int, is_bias: bool = False) -> None:
+        n = self.local_sizes[part]
+        if self.qweight is not None and not is_bias:
+            from aioengine.worker.quant.weight import source_rows
+
+            qtype, rows = source_rows(src, self.tp.rank * n, n, self.qweight.policy)
+            self.qweight.set_rows(self.offsets[part], qtype, rows)
+            return
         dst = self.bias if is_bias else self.weight
         assert dst is not None
-        n = self.local_sizes[part]
         copy_rows(dst.data[self.offsets[part]:self.offsets[part] + n], src, self.tp.rank * n, n)
 
 
@@ -93,9 +125,16 @@ class RowParallelLinear(nn.Module):
         self.local_in = divide(in_features, tp.size, what)
         self.weight = _param((out_features, self.local_in), dtype, device)
         self.bias = _param((out_features,), dtype, device) if bias else None
+        self.qweight: QuantizedWeight | None = None
+
+    def quantize(self, policy: QuantPolicy) -> None:
+        """Keep the weight quantized under ``policy`` (call before loading)."""
+        self.qweight = _quantized(self, self.out_features, self.local_in, policy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = all_reduce(F.linear(x, self.weight), self.tp)
+        partial = (F.linear(x, self.weight) if self.qweight is None
+                   else self.qweight(x).to(x.dtype))
+        out = all_reduce(partial, self.tp)
         if self.bias is not None:  # added once, after the sum
             out = out + self.bias
         return out
@@ -107,5 +146,12 @@ class RowParallelLinear(nn.Module):
         if is_bias:
             assert self.bias is not None
             self.bias.data.copy_(src[:])
+            return
+        if self.qweight is not None:
+            from aioengine.worker.quant.weight import source_cols
+
+            qtype, rows = source_cols(src, self.tp.rank * self.local_in, self.local_in,
+                                      self.qweight.policy)
+            self.qweight.set_rows(0, qtype, rows)
             return
         copy_cols(self.weight.data, src, self.tp.rank * self.local_in, self.local_in)

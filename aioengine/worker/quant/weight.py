@@ -1,0 +1,222 @@
+"""A linear layer's weight kept quantized: output-row segments, each computed by one kernel call
+into its slice of the output.
+
+A fused projection (q/k/v, gate/up) is loaded part by part; each part becomes a segment of its
+own block type (Q4_K_M files mix Q4_K and Q6_K), and adjacent segments of one type are joined
+so a uniform layer still makes one call. A segment may also hold float rows (a GGUF tensor in a
+type the kernels do not compute, kept dequantized).
+
+``QuantPolicy.mode``: ``"gguf"`` keeps a GGUF file's blocks as stored (tensors of other types are
+dequantized to float); a type name (``"q8_0"``, ``"q4_k"``, ...) quantizes float weights at load
+to that type, and takes GGUF blocks already of that type unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aioengine.worker.parallel.weights import source_shape
+from aioengine.worker.quant.kernel import QTYPES, QType, QuantKernel, load_quant_kernel
+from aioengine.worker.quant.quantize import quantize
+
+logger = logging.getLogger(__name__)
+
+QUANTIZATION_MODES = ("gguf", *QTYPES)
+"""Values of ``EngineConfig.quantization`` (besides None: float weights)."""
+
+# M at or above which a call dequantizes the segment into a float32 scratch and runs torch's
+# sgemm on it (prefill); below, the kernel's own GEMV / tiled path. Measured in
+# scripts/bench_quant_gemv.py (docs/quantization.md).
+SGEMM_MIN_ROWS = 32
+
+
+@dataclass(frozen=True)
+class QuantPolicy:
+    mode: str
+    """``gguf`` or a block type name (see the module docstring)."""
+    sgemm_min_rows: int = SGEMM_MIN_ROWS
+
+    def __post_init__(self) -> None:
+        if self.mode not in QUANTIZATION_MODES:
+            raise ValueError(f"quantization must be one of {QUANTIZATION_MODES} (or None), got "
+                             f"{self.mode!r}")
+
+    @property
+    def qtype(self) -> QType | None:
+        return QTYPES.get(self.mode)
+
+
+@dataclass
+class Segment:
+    """Output rows ``[offset, offset + n)``: ``qtype`` blocks (uint8 ``[n, row_bytes]``) or
+    float32 rows ``[n, K]`` when ``qtype`` is None."""
+
+    offset: int
+    n: int
+    qtype: QType | None
+    data: torch.Tensor
+
+
+def _source_qtype(src: Any) -> QType | None:
+    """The kernels' type for a source's stored blocks, or None (float or unsupported)."""
+    name = getattr(getattr(src, "qtype", None), "name", None)
+    return QTYPES.get(name.lower()) if isinstance(name, str) else None
+
+
+def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple[QType | None,
+                                                                                  torch.Tensor]:
+    """Rows ``[start, start+length)`` of a checkpoint source in the form ``policy`` keeps:
+    the stored blocks when the source has them in a type the policy takes, else float rows,
+    quantized to the policy's type when it names one."""
+    stored = _source_qtype(src)
+    want = policy.qtype
+    if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
+        raw = np.ascontiguousarray(src.raw_rows(start, length))
+        return stored, torch.from_numpy(raw.copy() if not raw.flags.writeable else raw)
+    values = src[start:start + length]
+    values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    if want is None or not _whole_blocks(values.shape[1], want):
+        return None, values.contiguous()
+    return want, torch.from_numpy(quantize(values.numpy(), want))
+
+
+def _whole_blocks(k: int, qtype: QType) -> bool:
+    """Rows of ``k`` values quantize to ``qtype`` only as whole blocks; a weight whose rows do
+    not (e.g. an intermediate size of 688 for 32-value blocks) stays float32."""
+    if k % qtype.block:
+        logger.info("rows of %d values are not whole %s blocks of %d: kept in float32", k,
+                    qtype.name, qtype.block)
+        return False
+    return True
+
+
+def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple[QType | None,
+                                                                                  torch.Tensor]:
+    """Columns ``[start, start+length)`` of every row, as ``source_rows``; stored blocks are cut
+    at block boundaries (ValueError naming the sizes otherwise)."""
+    stored = _source_qtype(src)
+    want = policy.qtype
+    n, k = source_shape(src)
+    if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
+        if start % stored.block or length % stored.block:
+            raise ValueError(f"cannot split {stored.name} rows of {k} values at columns "
+                             f"[{start}, {start + length}): the split must fall on "
+                             f"{stored.block}-value block boundaries (use fewer tensor-parallel "
+                             f"ranks or another quantization)")
+        raw = np.asarray(src.raw_rows(0, n))
+        b0 = start // stored.block * stored.bytes
+        b1 = (start + length) // stored.block * stored.bytes
+        return stored, torch.from_numpy(np.ascontiguousarray(raw[:, b0:b1]).copy())
+    values = src[:, start:start + length]
+    values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
+    if want is None or not _whole_blocks(length, want):
+        return None, values.contiguous()
+    return want, torch.from_numpy(quantize(values.contiguous().numpy(), want))
+
+
+class QuantizedWeight:
+    """``forward(x[..., K]) -> [..., N]``: the weight as segments of output rows."""
+
+    def __init__(self, out_features: int, in_features: int, policy: QuantPolicy,
+                 kernel: QuantKernel | None = None) -> None:
+        self.out_features = out_features
+        self.in_features = in_features
+        self.policy = policy
+        self.kernel = kernel if kernel is not None else load_quant_kernel()
+        self._parts: dict[int, Segment] = {}
+        self._joined: list[Segment] | None = None
+
+    def set_rows(self, offset: int, qtype: QType | None, data: torch.Tensor) -> None:
+        """Output rows from ``offset``: blocks of ``qtype`` (uint8) or float rows (None)."""
+        n = data.shape[0]
+        if offset < 0 or offset + n > self.out_features:
+            raise ValueError(f"rows [{offset}, {offset + n}) fall outside the "
+                             f"{self.out_features} output rows")
+        if qtype is None:
+            if tuple(data.shape) != (n, self.in_features):
+                raise ValueError(f"float rows must be [{n}, {self.in_features}], got "
+                                 f"{tuple(data.shape)}")
+            data = data.to(torch.float32).contiguous()
+        elif data.dtype != torch.uint8 or tuple(data.shape) != (n, qtype.row_bytes(
+                self.in_features)):
+            raise ValueError(f"{qtype.name} rows of {self.in_features} values must be uint8 "
+                             f"[{n}, {qtype.row_bytes(self.in_features)}], got {data.dtype} "
+                             f"{tuple(data.shape)}")
+        self._parts[offset] = Segment(offset, n, qtype, data.contiguous())
+        self._joined = None
+
+    @property
+    def segments(self) -> list[Segment]:
+        """The loaded rows, adjacent runs of one type joined (checked to cover every row)."""
+        if self._joined is None:
+            parts = [self._parts[o] for o in sorted(self._parts)]
+            end = 0
+            for p in parts:
+                if p.offset != end:
+                    raise RuntimeError(f"quantized weight rows [{end}, {p.offset}) were never "
+                                       "loaded")
+                end = p.offset + p.n
+            if end != self.out_features:
+                raise RuntimeError(f"quantized weight rows [{end}, {self.out_features}) were "
+                                   "never loaded")
+            joined: list[Segment] = []
+            for p in parts:
+                last = joined[-1] if joined else None
+                if last is not None and last.qtype == p.qtype:
+                    joined[-1] = Segment(last.offset, last.n + p.n, p.qtype,
+                                         torch.cat([last.data, p.data]))
+                else:
+                    joined.append(p)
+            self._parts = {s.offset: s for s in joined}
+            self._joined = joined
+        return self._joined
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.data.numel() * s.data.element_size() for s in self.segments)
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 ``[N, K]`` weight (tests, debugging)."""
+        out = torch.empty(self.out_features, self.in_features)
+        for s in self.segments:
+            if s.qtype is None:
+                out[s.offset:s.offset + s.n] = s.data
+            else:
+                self.kernel.dequantize(s.qtype, s.data, self.in_features,
+                                       out[s.offset:s.offset + s.n],
+                                       threads=torch.get_num_threads())
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if x2.dtype != torch.float32:
+            x2 = x2.float()
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        m = x2.shape[0]
+        segs = self.segments
+        threads = torch.get_num_threads()
+        out = torch.empty(m, self.out_features, dtype=torch.float32, device=x.device)
+        for s in segs:
+            dst = out[:, s.offset:s.offset + s.n] if len(segs) > 1 else out
+            if s.qtype is None:
+                torch.mm(x2, s.data.t(), out=dst) if len(segs) == 1 else dst.copy_(
+                    F.linear(x2, s.data))
+            elif m >= self.policy.sgemm_min_rows:
+                w = self.kernel.dequantize(s.qtype, s.data, self.in_features, threads=threads)
+                if len(segs) == 1:
+                    torch.mm(x2, w.t(), out=dst)
+                else:
+                    dst.copy_(F.linear(x2, w))
+            else:
+                self.kernel.matmul(s.qtype, x2, s.data, dst, threads=threads)
+        return out.reshape(*lead, self.out_features)
+
+    __call__ = forward

@@ -1,0 +1,99 @@
+"""GEMV (and small-M) timings of the quantized kernels against torch float32 ``F.linear`` on
+SmolLM2-135M shapes, at 1 and 2 threads, with the weight bytes read per second next to the
+machine's measured read bandwidth. Weights are cycled through enough copies (> 4x the L3) that
+every call reads them from memory, as a decode step over 30 layers does.
+
+    flock /tmp/bench.lock python scripts/bench_quant_gemv.py [--types q8_0,q4_0] [--m 1]
+
+Each row alternates ours and torch in the same loop (A/B), best of ``--repeats`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aioengine.worker.quant import QTYPES, load_quant_kernel, quantize
+
+SHAPES = [("qkv/o 576x576", 576, 576), ("k/v 192x576", 192, 576), ("gate/up 1536x576", 1536, 576),
+          ("down 576x1536", 576, 1536), ("lm_head 49152x576", 49152, 576)]
+WORKING_SET = 256 << 20
+
+
+def read_bandwidth(threads: int) -> float:
+    """GB/s of a torch sum over 1 GiB of float32 (torch splits it over ``threads``)."""
+    torch.set_num_threads(threads)
+    a = torch.ones(1 << 28, dtype=torch.float32)
+    a.sum()
+    best = 1e9
+    for _ in range(5):
+        t = time.perf_counter()
+        a.sum()
+        best = min(best, time.perf_counter() - t)
+    return a.numel() * 4 / best / 1e9
+
+
+def timeit(fn, copies: int, iters: int) -> float:
+    for i in range(copies):
+        fn(i)
+    t = time.perf_counter()
+    for i in range(iters):
+        fn(i % copies)
+    return (time.perf_counter() - t) / iters
+
+
+def ab(kern, qt, x, qws, fws, out, th, level, iters, repeats) -> tuple[float, float]:
+    """Best seconds per call of ours and of torch fp32, alternating rounds."""
+    best_q = best_f = 1e9
+    for _ in range(repeats):
+        best_q = min(best_q, timeit(
+            lambda i: kern.matmul(qt, x, qws[i], out, threads=th, level=level), len(qws), iters))
+        best_f = min(best_f, timeit(lambda i: F.linear(x, fws[i]), len(fws), iters))
+    return best_q, best_f
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--types", default=",".join(QTYPES))
+    ap.add_argument("--m", type=int, default=1)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--level", type=int, default=-1)
+    args = ap.parse_args()
+    kern = load_quant_kernel()
+    rng = np.random.default_rng(0)
+    threads = [int(t) for t in args.threads.split(",")]
+    for th in threads:
+        print(f"read bandwidth, torch sum over 1 GiB, {th} thread(s): "
+              f"{read_bandwidth(th):.1f} GB/s")
+    print(f"M={args.m}; time per call in us; GB/s = weight bytes / time")
+    print(f"{'shape':20s} {'type':5s} {'thr':>3s} {'ours us':>8s} {'fp32 us':>8s} "
+          f"{'speedup':>7s} {'ours GB/s':>9s} {'fp32 GB/s':>9s}")
+    for label, n, k in SHAPES:
+        w32 = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+        x = torch.from_numpy(rng.standard_normal((args.m, k)).astype(np.float32))
+        fp_copies = max(2, WORKING_SET // w32.nbytes)
+        fws = [torch.from_numpy(w32.copy()) for _ in range(fp_copies)]
+        for name in args.types.split(","):
+            qt = QTYPES[name]
+            blocks = torch.from_numpy(quantize(w32, qt))
+            copies = max(2, WORKING_SET // blocks.numel())
+            qws = [blocks.clone() for _ in range(copies)]
+            out = torch.empty(args.m, n)
+            for th in threads:
+                torch.set_num_threads(th)
+                iters = max(20, min(2000, int(2e8 / (n * k))))
+                best_q, best_f = ab(kern, qt, x, qws, fws, out, th, args.level, iters,
+                                    args.repeats)
+                print(f"{label:20s} {name:5s} {th:3d} {best_q * 1e6:8.1f} {best_f * 1e6:8.1f} "
+                      f"{best_f / best_q:7.2f} {blocks.numel() / best_q / 1e9:9.1f} "
+                      f"{w32.nbytes / best_f / 1e9:9.1f}", flush=True)
+            del qws
+
+
+if __name__ == "__main__":
+    main()
