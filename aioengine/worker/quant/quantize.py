@@ -4,7 +4,7 @@ Q8_0, Q4_0 and Q4_1 follow ggml's reference quantizers (round-to-nearest, the sa
 ``gguf.quants.quantize``). Q4_K and Q6_K use a plain min/max fit per sub-block (ggml's
 ``quantize_row_q4_K_ref`` searches scales iteratively; ours is simpler and a little less
 accurate, the layout is the same, so the kernels and any GGUF reader take it unchanged).
-Rows are quantized in chunks to bound the float64 scratch.
+Rows are quantized in chunks to bound the scratch.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def _q8_0(x: np.ndarray) -> np.ndarray:  # x [n, nb, 32]
     amax = np.abs(x).max(axis=-1, keepdims=True)
     d = amax / 127.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(d > 0, _roundf(x / d), 0).astype(np.int8)
+        inv = np.where(d > 0, 1.0 / d, 0.0)
+    q = _roundf(x * inv).astype(np.int8)
     return np.concatenate([_f16(d[..., 0]), q.view(np.uint8)], axis=-1)
 
 
@@ -106,6 +107,8 @@ def _q6_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
                            sc.astype(np.int8).view(np.uint8), _f16(d[..., 0])], axis=-1)
 
 
+# ggml's reference quantizers compute in float32: so do ours for those types (bytes equal)
+_PRECISION = {"q8_0": np.float32, "q4_0": np.float32, "q4_1": np.float32}
 _QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q4_k": _q4_k, "q6_k": _q6_k}
 
 
@@ -123,6 +126,7 @@ def quantize(values: np.ndarray, qtype: str | QType | object) -> np.ndarray:
     out = np.empty((n, row_bytes), dtype=np.uint8)
     fn = _QUANTIZERS[qt.name]
     for r in range(0, n, _CHUNK_ROWS):
-        chunk = values[r:r + _CHUNK_ROWS].astype(np.float64).reshape(-1, k // qt.block, qt.block)
+        chunk = values[r:r + _CHUNK_ROWS].astype(_PRECISION.get(qt.name, np.float64))
+        chunk = chunk.reshape(-1, k // qt.block, qt.block)
         out[r:r + _CHUNK_ROWS] = fn(chunk).reshape(-1, row_bytes)
     return out

@@ -1,0 +1,155 @@
+"""The quantized C kernels against a float64 reference (the ``gguf`` package's own dequantizer,
+then a matmul): every block type, the scalar and AVX2 paths, 1 and 2 threads, odd shapes and
+the bad inputs each check names."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from aioengine.worker.quant import QTYPES, QuantKernelError, load_quant_kernel, qtype_of, quantize
+
+gguf = pytest.importorskip("gguf")
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+from gguf.quants import quantize as gguf_quantize  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+
+TYPES = sorted(QTYPES)
+
+
+@pytest.fixture(scope="module")
+def kern():
+    return load_quant_kernel()
+
+
+def levels(kern) -> list[int]:
+    return [0, 1] if kern.best_level >= 1 else [0]
+
+
+def gtype(name: str):
+    return getattr(gguf.GGMLQuantizationType, name.upper())
+
+
+def blocks_of(name: str, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Real blocks of random weights, and their float64 values by gguf's dequantizer."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 1.0, (n, 1))).astype(np.float32)
+    b = quantize(w, name)
+    return b, gguf_dequantize(b, gtype(name)).astype(np.float64)
+
+
+def check_close(got: np.ndarray, x: np.ndarray, wref: np.ndarray) -> None:
+    """float32 accumulation error bound: a few ulps of sum |x| |w| per output."""
+    ref = x.astype(np.float64) @ wref.T
+    bound = 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(wref).T) + 1e-6
+    assert np.all(np.abs(got - ref) <= bound), float(np.max(np.abs(got - ref) - bound))
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_matmul_matches_the_dequantized_reference(kern, name):
+    qt = QTYPES[name]
+    rng = np.random.default_rng(1)
+    for n, nblocks in ((1, 1), (37, 1), (13, 9), (130, 3)):
+        k = nblocks * qt.block
+        b, wref = blocks_of(name, n, k, seed=n)
+        wt = torch.from_numpy(b)
+        for m in (1, 2, 7, 64):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            for level in levels(kern):
+                for threads in (1, 2):
+                    out = torch.full((m, n), float("nan"))
+                    kern.matmul(qt, torch.from_numpy(x), wt, out, threads=threads, level=level)
+                    check_close(out.numpy(), x, wref)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_dequantize_is_exactly_ggufs(kern, name):
+    qt = QTYPES[name]
+    b, wref = blocks_of(name, 11, 2 * qt.block)
+    for level in levels(kern):
+        for threads in (1, 2):
+            got = kern.dequantize(qt, torch.from_numpy(b), 2 * qt.block, threads=threads,
+                                  level=level)
+            np.testing.assert_array_equal(got.numpy(), wref.astype(np.float32))
+
+
+def test_output_into_a_column_slice_and_strided_x(kern):
+    qt = QTYPES["q4_k"]
+    b, wref = blocks_of("q4_k", 9, 512)
+    wide = torch.zeros(3, 20)
+    xs = torch.randn(3, 600)[:, :512]  # row stride 600
+    kern.matmul(qt, xs, torch.from_numpy(b), wide[:, 5:14])
+    check_close(wide[:, 5:14].numpy(), xs.numpy(), wref)
+    assert (wide[:, :5] == 0).all() and (wide[:, 14:] == 0).all()  # nothing outside the slice
+
+
+def test_many_calls_with_changing_thread_counts(kern):
+    """The pool grows and shrinks its share per call; every call sees all its rows done."""
+    qt = QTYPES["q8_0"]
+    b, wref = blocks_of("q8_0", 301, 256)
+    x = np.random.default_rng(2).standard_normal((1, 256)).astype(np.float32)
+    for i in range(300):
+        out = torch.full((1, 301), float("nan"))
+        kern.matmul(qt, torch.from_numpy(x), torch.from_numpy(b), out, threads=1 + i % 3)
+        check_close(out.numpy(), x, wref)
+
+
+@pytest.mark.parametrize("name", ["q8_0", "q4_0", "q4_1"])
+def test_reference_quantizers_are_byte_equal_to_gguf(name):
+    w = np.random.default_rng(3).standard_normal((17, 256)).astype(np.float32)
+    w[0, :32] = 0.0  # an all-zero block
+    np.testing.assert_array_equal(quantize(w, name), gguf_quantize(w, gtype(name)))
+
+
+@pytest.mark.parametrize("name,rel", [("q4_k", 0.09), ("q6_k", 0.02)])
+def test_k_quantizers_round_trip_through_ggufs_dequantizer(name, rel):
+    w = np.random.default_rng(4).standard_normal((8, 512)).astype(np.float32)
+    w[1] = 0.0
+    w[2] = np.abs(w[2])  # all positive: Q4_K's min is 0
+    back = gguf_dequantize(quantize(w, name), gtype(name))
+    err = np.abs(back - w).max(axis=1)
+    assert np.all(err <= rel * np.abs(w).max(axis=1) + 1e-7), err
+
+
+def test_bad_inputs_name_the_problem(kern):
+    qt = QTYPES["q4_0"]
+    b, _ = blocks_of("q4_0", 4, 64)
+    w = torch.from_numpy(b)
+    x = torch.randn(1, 64)
+    out = torch.empty(1, 4)
+    with pytest.raises(QuantKernelError, match="take 36 bytes, got rows of 35 bytes"):
+        kern.matmul(qt, x, w[:, :35].contiguous(), out)
+    with pytest.raises(QuantKernelError, match="whole blocks of 32 values; a row of 48"):
+        kern.matmul(qt, torch.randn(1, 48), w, out)
+    with pytest.raises(QuantKernelError, match="uint8"):
+        kern.matmul(qt, x, w.to(torch.int16), out)
+    with pytest.raises(QuantKernelError, match="float32"):
+        kern.matmul(qt, x.double(), w, out)
+    with pytest.raises(QuantKernelError, match="out has 2 rows, x has 1"):
+        kern.matmul(qt, x, w, torch.empty(2, 4))
+    with pytest.raises(QuantKernelError, match="expected 5 rows, got 4"):
+        kern.matmul(qt, x, w, torch.empty(1, 5))
+    with pytest.raises(QuantKernelError, match="level must be one of"):
+        kern.matmul(qt, x, w, out, level=7)
+    with pytest.raises(QuantKernelError, match="thread count"):
+        kern.matmul(qt, x, w, out, threads=0)
+    with pytest.raises(ValueError, match=r"'q5_0' is not supported.*supported: \['q4_0'"):
+        qtype_of("q5_0")
+    with pytest.raises(ValueError, match="whole blocks of 256"):
+        quantize(np.zeros((2, 100), np.float32), "q4_k")
+    with pytest.raises(ValueError, match="NaN"):
+        quantize(np.full((1, 32), np.nan, np.float32), "q8_0")
+
+
+def test_scalar_fallback_is_what_a_cpu_without_avx2_gets(kern):
+    """The best level is probed from CPUID; the scalar path computes the same numbers."""
+    assert kern.best_level in (0, 1)
+    b, wref = blocks_of("q6_k", 8, 256)
+    x = torch.randn(1, 256)
+    a = torch.empty(1, 8)
+    kern.matmul(QTYPES["q6_k"], x, torch.from_numpy(b), a, level=0)
+    check_close(a.numpy(), x.numpy(), wref)

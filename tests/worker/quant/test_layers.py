@@ -1,0 +1,176 @@
+"""Quantized weights in the model's layers: segments of mixed block types, the parallel linears
+loading real GGUF blocks (a GGUF file written here and read back by the engine's own loader
+source), tensor-parallel splits, in-situ quantization of a whole tiny model against float32,
+and the config's checks."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from aioengine.config import QUANTIZATIONS, EngineConfig
+from aioengine.worker.loader import load_model
+from aioengine.worker.parallel import (
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+    TPInfo,
+)
+from aioengine.worker.quant import QTYPES, quantize
+from aioengine.worker.quant.weight import QUANTIZATION_MODES, QuantizedWeight, QuantPolicy
+from tests.worker.driver import Driver
+
+gguf = pytest.importorskip("gguf")
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+
+from aioengine.worker.loader.gguf_weights import GGUFTensorSource  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+
+
+def gtype(name: str):
+    return getattr(gguf.GGMLQuantizationType, name.upper())
+
+
+def write_gguf(path, tensors: dict[str, tuple[str, np.ndarray]]) -> dict[str, GGUFTensorSource]:
+    """A real GGUF file holding each float [N, K] tensor quantized to its type; the engine's
+    loader source for each tensor read back from it."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    for name, (qname, values) in tensors.items():
+        if qname == "f32":
+            w.add_tensor(name, values.astype(np.float32))
+        else:
+            w.add_tensor(name, quantize(values, qname), raw_dtype=gtype(qname))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    reader = gguf.GGUFReader(str(path))
+    return {t.name: GGUFTensorSource(t) for t in reader.tensors}
+
+
+def as_float(src: GGUFTensorSource) -> torch.Tensor:
+    return src[:].double()
+
+
+def test_fused_parts_of_mixed_types_from_a_gguf_file(tmp_path):
+    """q (Q4_K), k (Q6_K), v (float32) of one QKV projection, as a Q4_K_M file mixes them:
+    each part's blocks taken unchanged, one segment per type, the product equals the
+    dequantized reference."""
+    rng = np.random.default_rng(0)
+    hidden, d = 512, 64
+    srcs = write_gguf(tmp_path / "m.gguf", {
+        "q": ("q4_k", rng.standard_normal((4 * d, hidden)).astype(np.float32)),
+        "k": ("q6_k", rng.standard_normal((2 * d, hidden)).astype(np.float32)),
+        "v": ("f32", rng.standard_normal((2 * d, hidden)).astype(np.float32)),
+    })
+    layer = QKVParallelLinear(hidden, d, 4, 2, False, TPInfo(0, 1), torch.float32, "cpu")
+    layer.quantize(QuantPolicy("gguf"))
+    for part, name in enumerate("qkv"):
+        layer.load(srcs[name], part)
+    segs = layer.qweight.segments
+    assert [(s.qtype.name if s.qtype else None, s.n) for s in segs] == [
+        ("q4_k", 4 * d), ("q6_k", 2 * d), (None, 2 * d)]
+    raw_q = srcs["q"].raw_rows(0, 4 * d)
+    assert np.array_equal(segs[0].data.numpy(), raw_q)  # the file's bytes, unchanged
+    ref = torch.cat([as_float(srcs[n]) for n in "qkv"])
+    for m in (1, 3, 40):  # GEMV, tiled, dequantize + sgemm
+        x = torch.randn(m, hidden)
+        got = layer(x).double()
+        torch.testing.assert_close(got, x.double() @ ref.T, atol=1e-3, rtol=1e-4)
+
+
+def test_tensor_parallel_shards_sum_to_the_full_product(tmp_path):
+    """Column-parallel ranks take row ranges; row-parallel ranks cut each row at a block
+    boundary and their partial products add up to the whole."""
+    rng = np.random.default_rng(1)
+    srcs = write_gguf(tmp_path / "tp.gguf", {
+        "up": ("q4_0", rng.standard_normal((96, 128)).astype(np.float32)),
+        "down": ("q8_0", rng.standard_normal((128, 192)).astype(np.float32)),
+    })
+    x = torch.randn(2, 128)
+    h = torch.randn(2, 192)
+    up_ref = x.double() @ as_float(srcs["up"]).T
+    down_ref = h.double() @ as_float(srcs["down"]).T
+    down_sum = torch.zeros(2, 128, dtype=torch.float64)
+    for rank in range(2):
+        tp = TPInfo(rank, 2)
+        up = MergedColumnParallelLinear(128, [96, 96], False, tp, torch.float32, "cpu")
+        down = RowParallelLinear(192, 128, False, tp, torch.float32, "cpu")
+        for layer in (up, down):
+            layer.quantize(QuantPolicy("gguf"))
+        for part in (0, 1):  # both parts of the fused layer read the same tensor here
+            up.load(srcs["up"], part)
+        down.load(srcs["down"])
+        mine = up_ref[:, rank * 48:(rank + 1) * 48]
+        torch.testing.assert_close(up.qweight(x).double(), torch.cat([mine, mine], dim=1),
+                                   atol=1e-3, rtol=1e-4)
+        down_sum += down.qweight(h[:, rank * 96:(rank + 1) * 96]).double()
+    torch.testing.assert_close(down_sum, down_ref, atol=1e-3, rtol=1e-4)
+
+
+def test_a_row_parallel_split_off_a_block_boundary_is_refused(tmp_path):
+    srcs = write_gguf(tmp_path / "b.gguf", {"down": ("q4_k", np.ones((8, 768), np.float32))})
+    down = RowParallelLinear(768, 8, False, TPInfo(0, 2), torch.float32, "cpu")
+    down.quantize(QuantPolicy("gguf"))
+    with pytest.raises(ValueError, match=r"columns \[0, 384\).*256-value block boundaries"):
+        down.load(srcs["down"])
+
+
+def test_in_situ_quantization_of_float_rows():
+    w = torch.randn(64, 256)
+    layer = MergedColumnParallelLinear(256, [64], False, TPInfo(0, 1), torch.float32, "cpu")
+    layer.quantize(QuantPolicy("q8_0"))
+    layer.load(w, 0)
+    assert layer.weight is None and layer.qweight.segments[0].qtype is QTYPES["q8_0"]
+    deq = torch.from_numpy(gguf_dequantize(quantize(w.numpy(), "q8_0"), gtype("q8_0")))
+    torch.testing.assert_close(layer.qweight.dequantize(), deq)
+    x = torch.randn(5, 256)
+    torch.testing.assert_close(layer(x).double(), x.double() @ deq.double().T, atol=1e-4,
+                               rtol=1e-4)
+
+
+def test_unloaded_rows_and_bad_rows_are_named():
+    qw = QuantizedWeight(8, 64, QuantPolicy("q4_0"))
+    qw.set_rows(0, QTYPES["q4_0"], torch.zeros(4, 36, dtype=torch.uint8))
+    with pytest.raises(RuntimeError, match=r"rows \[4, 8\) were never loaded"):
+        qw(torch.randn(1, 64))
+    with pytest.raises(ValueError, match=r"must be uint8 \[4, 36\], got torch.uint8 \(4, 35\)"):
+        qw.set_rows(4, QTYPES["q4_0"], torch.zeros(4, 35, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"rows \[6, 10\) fall outside the 8 output rows"):
+        qw.set_rows(6, None, torch.zeros(4, 64))
+
+
+def test_config_lists_the_supported_values():
+    assert QUANTIZATIONS == QUANTIZATION_MODES
+    with pytest.raises(ValueError, match=r"quantization must be None or one of \('gguf', 'q8_0'"):
+        EngineConfig(model="tiny", quantization="q5_0")
+    with pytest.raises(ValueError, match="quantization must be one of"):
+        QuantPolicy("int8")
+    with pytest.raises(ValueError, match="'gguf' keeps a GGUF file's blocks"):
+        load_model("tiny", dtype="float32", device="cpu", quantization="gguf")
+
+
+def run_tiny(quantization: str | None, prompt: list[int]) -> tuple[list[int], torch.Tensor]:
+    model, spec = load_model("tiny", dtype="float32", device="cpu", quantization=quantization)
+    d = Driver(model, spec, block_size=16)
+    d.add(prompt)
+    d.step([(0, len(prompt))])
+    d.decode_all(16)
+    seq = d.seqs[0]
+    return seq.tokens, torch.stack([seq.logits[p] for p in range(len(seq.tokens) - 1)])
+
+
+@pytest.mark.parametrize("prompt", [[5, 17, 301, 44, 9], list(range(100, 140)), [1000] * 3])
+def test_tiny_q8_0_keeps_greedy_tokens_and_logits(prompt):
+    """Tolerance: Q8_0 (about 0.4% relative weight error) moves tiny's logits by < 0.1 on a
+    range of about +-10; greedy tokens equal. (tiny's down projection has 688 inputs, not whole
+    blocks, and stays float32.) The 40-token prompt runs the sgemm path."""
+    ref_tokens, ref_logits = run_tiny(None, prompt)
+    tokens, logits = run_tiny("q8_0", prompt)
+    assert tokens == ref_tokens
+    torch.testing.assert_close(logits, ref_logits, atol=0.1, rtol=0)
+    assert (logits - ref_logits).abs().max() > 0  # really computed from quantized weights
