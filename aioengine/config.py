@@ -21,6 +21,7 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 DETOKENIZE_IN = ("host", "engine", "process")
 CPU_DECODE_ATTENTION = ("auto", "kernel", "sdpa")
 QUANTIZATIONS = ("gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
+QUANT_ACTIVATIONS = ("float32", "int8")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ class EngineConfig:
     CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
     ``q4_0``, ``q4_1``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
     already of that type are kept). None: float weights (GGUF files dequantized at load)."""
+    quant_activations: str = "float32"
+    """With ``quantization``: ``float32`` (each weight dequantized in registers and multiplied
+    by the float activation) or ``int8`` (activations rounded to 8 bits per 32 values, integer
+    dot products, as llama.cpp does: faster, less accurate; q8_0/q4_0/q4_1 weights only)."""
     dist_init_addr: str | None = None
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -109,6 +114,7 @@ class EngineConfig:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be None or one of {QUANTIZATIONS}, got "
                              f"{self.quantization!r}")
+        _one_of("quant_activations", self.quant_activations, QUANT_ACTIVATIONS)
         scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
         if scheme not in TRANSPORT_SCHEMES:
             raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "
@@ -192,7 +198,8 @@ class EngineConfig:
 
 _CHOICES = {"dtype": DTYPES, "device": DEVICES, "executor": EXECUTORS,
             "load_format": LOAD_FORMATS, "detokenize_in": DETOKENIZE_IN,
-            "cpu_decode_attention": CPU_DECODE_ATTENTION, "quantization": QUANTIZATIONS}
+            "cpu_decode_attention": CPU_DECODE_ATTENTION, "quantization": QUANTIZATIONS,
+            "quant_activations": QUANT_ACTIVATIONS}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

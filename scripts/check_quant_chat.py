@@ -2,7 +2,7 @@
 with float weights (dequantized at load) and with each ``quantization`` given on the command
 line, to a few prompts; prints the answers and how many equal the float model's.
 
-    python scripts/check_quant_chat.py FILE.gguf [gguf q8_0 q4_0 ...]
+    python scripts/check_quant_chat.py FILE.gguf [gguf gguf:int8 q8_0 q4_0 ...]
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ PROMPTS = ["What is the capital of France?", "What is 2 + 2?",
 
 
 def answers(path: str, quantization: str | None) -> list[str]:
-    cfg = EngineConfig(model=path, quantization=quantization, max_model_len=512, seed=0)
+    """``quantization`` ``MODE`` or ``MODE:int8`` (8-bit activations)."""
+    mode, _, act = (quantization or "").partition(":")
+    cfg = EngineConfig(model=path, quantization=mode or None, quant_activations=act or "float32",
+                       max_model_len=512, seed=0)
     with LLM(cfg) as llm:
         outs = llm.chat([[{"role": "user", "content": p}] for p in PROMPTS],
                         SamplingParams(max_tokens=24, temperature=0.0), use_tqdm=False)

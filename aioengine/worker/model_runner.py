@@ -53,7 +53,7 @@ class ModelRunner:
         self.model, self.hf_config = load_model(
             resolved, dtype=config.dtype, device=device or config.device,
             load_format=config.load_format, tp_rank=rank, tp_size=world_size, seed=config.seed,
-            quantization=config.quantization)
+            quantization=config.quantization, quant_activations=config.quant_activations)
         self.spec = self.model.spec
         self.device = self.model.device
         self.dtype = self.model.dtype

@@ -40,14 +40,15 @@ def read_model_spec(model_dir: str) -> ModelSpec:
 def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtype = "auto",
                device: str | torch.device = "auto", load_format: str = "auto", tp_rank: int = 0,
                tp_size: int = 1, seed: int = 0,
-               quantization: str | None = None) -> tuple[CausalLM, ModelSpec]:
+               quantization: str | None = None,
+               quant_activations: str = "float32") -> tuple[CausalLM, ModelSpec]:
     """Build the model for this rank and fill its weights; returns ``(model, spec)``.
 
     ``path_or_resolved``: a local Hugging Face directory, a GGUF file, a built-in name
     (``tiny``, a preset), or a ``ResolvedModel``. ``load_format``: ``auto`` (what the model
     resolved to), ``safetensors``, ``gguf`` (dequantized to ``dtype``), or ``dummy`` (random
     weights seeded by ``seed``). ``quantization``: keep linear weights quantized
-    (``EngineConfig.quantization``; CPU only).
+    (``EngineConfig.quantization``, ``quant_activations``; CPU only).
     """
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {load_format!r}")
@@ -72,7 +73,7 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
                              "quantize its weights at load)")
         from aioengine.worker.quant.model import quantize_model
 
-        quantize_model(model, quantization)
+        quantize_model(model, quantization, quant_activations)
     if load_format == "dummy":
         load_dummy(model, seed)
     elif gguf_file is not None:

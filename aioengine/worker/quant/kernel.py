@@ -66,7 +66,12 @@ _ERRORS = {
     -4: "out of memory for the scratch",
     -5: "this CPU lacks the requested code path",
     -6: "thread count outside 1..256",
+    -7: "8-bit activations are implemented for q8_0, q4_0 and q4_1 only",
 }
+ACTIVATIONS = ("float32", "int8")
+"""``float32``: weights dequantized in registers times float activations (default);
+``int8``: activations quantized per 32 values to 8 bits, integer dot products (llama.cpp's
+CPU scheme; q8_0, q4_0, q4_1 only)."""
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -85,7 +90,7 @@ class QuantKernel:
             lib = ctypes.CDLL(path)
         except OSError as e:
             raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
-        lib.qk_matmul.argtypes = (_C, _P, _I, _I, _P, _I, _I, _I, _P, _I, _C, _C)
+        lib.qk_matmul.argtypes = (_C, _P, _I, _I, _P, _I, _I, _I, _P, _I, _C, _C, _C)
         lib.qk_matmul.restype = _C
         lib.qk_dequantize.argtypes = (_C, _P, _I, _I, _I, _P, _I, _C, _C)
         lib.qk_dequantize.restype = _C
@@ -131,10 +136,14 @@ class QuantKernel:
             raise QuantKernelError(f"expected {n} rows, got {w.shape[0]}")
 
     def matmul(self, qtype: QType, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
-               threads: int = 1, level: int = -1) -> torch.Tensor:
+               threads: int = 1, level: int = -1, activations: str = "float32") -> torch.Tensor:
         """``out[M, N] = x[M, K] @ W^T``; ``x`` and ``out`` float32 CPU with unit column
-        stride (``out`` may be a column slice of a wider tensor); ``w`` ``[N, row_bytes]``."""
+        stride (``out`` may be a column slice of a wider tensor); ``w`` ``[N, row_bytes]``;
+        ``activations``: one of ``ACTIVATIONS``."""
         level = self._level(level)
+        if activations not in ACTIVATIONS:
+            raise QuantKernelError(f"activations must be one of {ACTIVATIONS}, got "
+                                   f"{activations!r}")
         if x.dtype != torch.float32 or out.dtype != torch.float32:
             raise QuantKernelError(f"x and out must be float32, got {x.dtype} and {out.dtype}")
         if x.dim() != 2 or out.dim() != 2 or x.stride(1) != 1 or out.stride(1) != 1 \
@@ -149,7 +158,8 @@ class QuantKernel:
         self._check_w(qtype, w, n, k)
         code = self._lib.qk_matmul(qtype.ggml_id, x.data_ptr(), max(x.stride(0), k), m,
                                    w.data_ptr(), w.shape[1], n, k, out.data_ptr(),
-                                   max(out.stride(0), n), threads, level)
+                                   max(out.stride(0), n), threads, level,
+                                   int(activations == "int8"))
         if code:
             raise QuantKernelError(f"qk_matmul rejected its inputs: "
                                    f"{_ERRORS.get(code, f'error {code}')} ({qtype.name}, M={m}, "

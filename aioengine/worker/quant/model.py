@@ -10,12 +10,12 @@ from aioengine.worker.quant.weight import QuantPolicy
 logger = logging.getLogger(__name__)
 
 
-def quantize_model(model: CausalLM, mode: str) -> QuantPolicy:
+def quantize_model(model: CausalLM, mode: str, activations: str = "float32") -> QuantPolicy:
     """Every decoder linear (fused q/k/v, o, fused gate/up, down) and the LM head keep their
     weights quantized under ``mode`` (``QuantPolicy``); a tied embedding keeps its float table
     for lookups beside the head's quantized copy. ValueError for an unknown mode or a model not
     on CPU."""
-    policy = QuantPolicy(mode)
+    policy = QuantPolicy(mode, activations)
     for layer in model.layers:
         for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
                        layer.mlp.gate_up_proj, layer.mlp.down_proj):
@@ -24,5 +24,5 @@ def quantize_model(model: CausalLM, mode: str) -> QuantPolicy:
         model.lm_head.quantize_head(policy, keep_float=False)
     else:
         model.embed_tokens.quantize_head(policy, keep_float=True)
-    logger.info("linear weights kept quantized: %s", mode)
+    logger.info("linear weights kept quantized: %s (%s activations)", mode, activations)
     return policy

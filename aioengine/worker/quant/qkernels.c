@@ -64,6 +64,7 @@
 #define E_NOMEM -4
 #define E_LEVEL -5
 #define E_THREADS -6
+#define E_ACT8 -7
 
 /* ------------------------------------------------------------------------------------------ */
 /* fp16 -> fp32, portable */
@@ -502,6 +503,88 @@ static void dot4_f32_scalar(const float *x, const float *w0, int64_t k, float *o
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* 8-bit activations (as llama.cpp's CPU backend does): x quantized per 32 values to int8 with
+ * one float scale (xd), integer dot products per block. Q8_0, Q4_0 and Q4_1 only; kept for the
+ * measured comparison (docs/quantization.md), fp32 activations are the default. */
+
+typedef struct { float d; int32_t sum; int8_t q[32]; } xq_block;
+
+static void quantize_x(const float *x, int64_t nb, xq_block *out) {
+    for (int64_t b = 0; b < nb; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            float a = x[b * 32 + i] < 0 ? -x[b * 32 + i] : x[b * 32 + i];
+            amax = a > amax ? a : amax;
+        }
+        float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) {
+            float v = x[b * 32 + i] * id;
+            int q = (int)(v < 0 ? v - 0.5f : v + 0.5f); /* roundf */
+            out[b].q[i] = (int8_t)q;
+            sum += q;
+        }
+        out[b].d = d;
+        out[b].sum = sum;
+    }
+}
+
+static float dot_i8_scalar(int t, const uint8_t *w, int64_t nb, const xq_block *xq) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *q8 = xq[b].q;
+        int32_t s = 0;
+        if (t == T_Q8_0) {
+            const int8_t *wq = (const int8_t *)(w + b * 34 + 2);
+            for (int j = 0; j < 32; j++) s += wq[j] * q8[j];
+            acc += h2f(w + b * 34) * xq[b].d * s;
+        } else {
+            int q41 = t == T_Q4_1;
+            const uint8_t *p = w + b * (q41 ? 20 : 18), *qs = p + (q41 ? 4 : 2);
+            for (int j = 0; j < 16; j++) s += (qs[j] & 0xF) * q8[j] + (qs[j] >> 4) * q8[j + 16];
+            if (q41)
+                acc += h2f(p) * xq[b].d * s + h2f(p + 2) * xq[b].d * xq[b].sum;
+            else
+                acc += h2f(p) * xq[b].d * (s - 8 * xq[b].sum);
+        }
+    }
+    return acc;
+}
+
+#if QK_X86
+AVX2 static float dot_i8_avx2(int t, const uint8_t *w, int64_t nb, const xq_block *xq) {
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    float tail = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)xq[b].q);
+        __m256i prod;
+        float scale;
+        if (t == T_Q8_0) {
+            const uint8_t *p = w + b * 34;
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(p + 2));
+            prod = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+            scale = h2f_avx(p) * xq[b].d;
+        } else {
+            int q41 = t == T_Q4_1;
+            const uint8_t *p = w + b * (q41 ? 20 : 18);
+            __m128i q = _mm_loadu_si128((const __m128i *)(p + (q41 ? 4 : 2)));
+            __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4),
+                                          _mm_and_si128(q, m4));
+            prod = _mm256_maddubs_epi16(wv, xv);
+            float dw = h2f_avx(p);
+            scale = dw * xq[b].d;
+            tail += q41 ? h2f_avx(p + 2) * xq[b].d * xq[b].sum : -8.0f * scale * xq[b].sum;
+        }
+        __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(prod, ones));
+        acc = _mm256_fmadd_ps(f, _mm256_set1_ps(scale), acc);
+    }
+    return hsum8(acc) + tail;
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
 /* thread pool: workers spin for a while after each job, then sleep on a futex */
 
 typedef void (*job_fn)(void *arg, int tid, int nth);
@@ -633,6 +716,7 @@ typedef struct {
     int64_t ldy;
     const float *xs; /* [m, k/32] sums of x per 32 values */
     int failed;
+    const xq_block *xq; /* 8-bit activations: x quantized, one row */
 } job_t;
 
 static void rows_of(int64_t n, int tid, int nth, int64_t *r0, int64_t *r1) {
@@ -648,6 +732,16 @@ static void gemv_job(void *a, int tid, int nth) {
     rows_of(j->n, tid, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *wr = j->w + r * j->row_bytes;
+        if (j->xq) {
+#if QK_X86
+            if (j->level == 1) {
+                j->y[r] = dot_i8_avx2(j->t, wr, j->nb, j->xq);
+                continue;
+            }
+#endif
+            j->y[r] = dot_i8_scalar(j->t, wr, j->nb, j->xq);
+            continue;
+        }
 #if QK_X86
         if (j->level == 1) {
             j->y[r] = dot_avx2(j->t, wr, j->nb, j->x, j->xs);
@@ -739,13 +833,29 @@ static int check(int t, int64_t n, int64_t k, int64_t row_bytes, int nthreads, i
 
 /* y[m, ldy] (columns 0..n) = x[m, ldx] (columns 0..k) @ W^T; level -1: best for this CPU. */
 int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, int64_t row_bytes,
-              int64_t n, int64_t k, float *y, int64_t ldy, int nthreads, int level) {
+              int64_t n, int64_t k, float *y, int64_t ldy, int nthreads, int level, int act8) {
     int64_t nb;
     int rc = check(t, n, k, row_bytes, nthreads, &level, &nb);
     if (rc) return rc;
     if (m < 0 || ldx < k || ldy < n) return E_SHAPE;
+    if (act8 && t != T_Q8_0 && t != T_Q4_0 && t != T_Q4_1) return E_ACT8;
     if (m == 0 || n == 0) return E_OK;
-    job_t j = {t, level, x, ldx, m, w, row_bytes, n, k, nb, y, ldy, NULL, 0};
+    job_t j = {t, level, x, ldx, m, w, row_bytes, n, k, nb, y, ldy, NULL, 0, NULL};
+    if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
+    if (act8) { /* row by row: quantize x's row, one GEMV */
+        xq_block *xq = malloc(nb * sizeof(xq_block));
+        if (!xq) return E_NOMEM;
+        for (int64_t mi = 0; mi < m; mi++) {
+            quantize_x(x + mi * ldx, nb, xq);
+            job_t r = j;
+            r.x = x + mi * ldx;
+            r.y = y + mi * ldy;
+            r.xq = xq;
+            pool_run(gemv_job, &r, nthreads);
+        }
+        free(xq);
+        return E_OK;
+    }
     if (m == 1) {
         int64_t ns = k / 32;
         float *xs = malloc(ns * sizeof(float));
@@ -774,7 +884,7 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
     if (rc) return rc;
     if (ldo < k) return E_SHAPE;
     if (n == 0) return E_OK;
-    job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0};
+    job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0, NULL};
     if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
     pool_run(deq_job, &j, nthreads);
     return E_OK;

@@ -22,7 +22,13 @@ import torch
 import torch.nn.functional as F
 
 from aioengine.worker.parallel.weights import source_shape
-from aioengine.worker.quant.kernel import QTYPES, QType, QuantKernel, load_quant_kernel
+from aioengine.worker.quant.kernel import (
+    ACTIVATIONS,
+    QTYPES,
+    QType,
+    QuantKernel,
+    load_quant_kernel,
+)
 from aioengine.worker.quant.quantize import quantize
 
 logger = logging.getLogger(__name__)
@@ -34,18 +40,25 @@ QUANTIZATION_MODES = ("gguf", *QTYPES)
 # sgemm on it (prefill); below, the kernel's own GEMV / tiled path. Measured in
 # scripts/bench_quant_gemv.py (docs/quantization.md).
 SGEMM_MIN_ROWS = 32
+_INT8_TYPES = ("q8_0", "q4_0", "q4_1")
 
 
 @dataclass(frozen=True)
 class QuantPolicy:
     mode: str
     """``gguf`` or a block type name (see the module docstring)."""
+    activations: str = "float32"
+    """``float32`` or ``int8`` (``kernel.ACTIVATIONS``); int8 applies to q8_0/q4_0/q4_1
+    segments, other types stay float32."""
     sgemm_min_rows: int = SGEMM_MIN_ROWS
 
     def __post_init__(self) -> None:
         if self.mode not in QUANTIZATION_MODES:
             raise ValueError(f"quantization must be one of {QUANTIZATION_MODES} (or None), got "
                              f"{self.mode!r}")
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(f"quantized activations must be one of {ACTIVATIONS}, got "
+                             f"{self.activations!r}")
 
     @property
     def qtype(self) -> QType | None:
@@ -209,14 +222,15 @@ class QuantizedWeight:
             if s.qtype is None:
                 torch.mm(x2, s.data.t(), out=dst) if len(segs) == 1 else dst.copy_(
                     F.linear(x2, s.data))
-            elif m >= self.policy.sgemm_min_rows:
+            elif m >= self.policy.sgemm_min_rows and self.policy.activations == "float32":
                 w = self.kernel.dequantize(s.qtype, s.data, self.in_features, threads=threads)
                 if len(segs) == 1:
                     torch.mm(x2, w.t(), out=dst)
                 else:
                     dst.copy_(F.linear(x2, w))
             else:
-                self.kernel.matmul(s.qtype, x2, s.data, dst, threads=threads)
+                act = (self.policy.activations if s.qtype.name in _INT8_TYPES else "float32")
+                self.kernel.matmul(s.qtype, x2, s.data, dst, threads=threads, activations=act)
         return out.reshape(*lead, self.out_features)
 
     __call__ = forward

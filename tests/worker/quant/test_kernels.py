@@ -153,3 +153,36 @@ def test_scalar_fallback_is_what_a_cpu_without_avx2_gets(kern):
     a = torch.empty(1, 8)
     kern.matmul(QTYPES["q6_k"], x, torch.from_numpy(b), a, level=0)
     check_close(a.numpy(), x.numpy(), wref)
+
+
+@pytest.mark.parametrize("name", ["q8_0", "q4_0", "q4_1"])
+def test_int8_activations_match_their_own_reference(kern, name):
+    """8-bit activations: x rounded per 32 values (scale amax/127) exactly as the kernel does,
+    then the exact product; and the error against float x is the rounding's, not more."""
+    qt = QTYPES[name]
+    b, wref = blocks_of(name, 29, 256)
+    rng = np.random.default_rng(5)
+    for m in (1, 3):
+        x = rng.standard_normal((m, 256)).astype(np.float32)
+        xb = x.reshape(m, -1, 32)
+        d = np.abs(xb).max(-1, keepdims=True).astype(np.float32) / np.float32(127)
+        inv = np.where(d > 0, np.float32(1) / np.where(d > 0, d, 1), 0).astype(np.float32)
+        xq = (np.sign(xb * inv) * np.floor(np.abs(xb * inv) + 0.5)) * d
+        for level in levels(kern):
+            for threads in (1, 2):
+                out = torch.empty(m, 29)
+                kern.matmul(qt, torch.from_numpy(x), torch.from_numpy(b), out, threads=threads,
+                            level=level, activations="int8")
+                check_close(out.numpy(), xq.reshape(m, 256).astype(np.float32), wref)
+        exact = x.astype(np.float64) @ wref.T
+        assert np.abs(out.numpy() - exact).max() > 1e-5 * np.abs(exact).max()  # x was rounded
+
+
+def test_int8_activations_refuse_k_quants(kern):
+    b, _ = blocks_of("q4_k", 2, 256)
+    with pytest.raises(QuantKernelError, match="8-bit activations are implemented for q8_0"):
+        kern.matmul(QTYPES["q4_k"], torch.randn(1, 256), torch.from_numpy(b), torch.empty(1, 2),
+                    activations="int8")
+    with pytest.raises(QuantKernelError, match="activations must be one of"):
+        kern.matmul(QTYPES["q4_k"], torch.randn(1, 256), torch.from_numpy(b), torch.empty(1, 2),
+                    activations="int4")
