@@ -4,8 +4,10 @@ machine's measured read bandwidth. Weights are cycled through enough copies (> 4
 every call reads them from memory, as a decode step over 30 layers does.
 
     flock /tmp/bench.lock python scripts/bench_quant_gemv.py [--types q8_0,q4_0] [--m 1]
+    flock /tmp/bench.lock python scripts/bench_quant_gemv.py --small-m   # tiled vs sgemm
 
-Each row alternates ours and torch in the same loop (A/B), best of ``--repeats`` rounds.
+Each row alternates ours and torch in the same loop (A/B), best of ``--repeats`` rounds;
+``int8 us`` is our 8-bit-activation path (q8_0/q4_0/q4_1) in the same rounds.
 """
 
 from __future__ import annotations
@@ -46,14 +48,49 @@ def timeit(fn, copies: int, iters: int) -> float:
     return (time.perf_counter() - t) / iters
 
 
-def ab(kern, qt, x, qws, fws, out, th, level, iters, repeats) -> tuple[float, float]:
-    """Best seconds per call of ours and of torch fp32, alternating rounds."""
-    best_q = best_f = 1e9
+def ab(kern, qt, x, qws, fws, out, th, level, iters,
+       repeats) -> tuple[float, float, float | None]:
+    """Best seconds per call of ours (float32 and int8 activations) and of torch fp32,
+    alternating rounds."""
+    best_q = best_f = best_i = 1e9
+    int8 = qt.name in ("q8_0", "q4_0", "q4_1")
     for _ in range(repeats):
         best_q = min(best_q, timeit(
             lambda i: kern.matmul(qt, x, qws[i], out, threads=th, level=level), len(qws), iters))
         best_f = min(best_f, timeit(lambda i: F.linear(x, fws[i]), len(fws), iters))
-    return best_q, best_f
+        if int8:
+            best_i = min(best_i, timeit(
+                lambda i: kern.matmul(qt, x, qws[i], out, threads=th, level=level,
+                                      activations="int8"), len(qws), iters))
+    return best_q, best_f, best_i if int8 else None
+
+
+def small_m(kern, args) -> None:
+    """M rows at once: the kernel's tiled path vs dequantize + torch sgemm vs fp32 F.linear."""
+    from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
+
+    rng = np.random.default_rng(0)
+    print(f"{'shape':20s} {'type':5s} {'M':>3s} {'thr':>3s} {'tiled us':>9s} {'sgemm us':>9s} "
+          f"{'fp32 us':>9s}")
+    for label, n, k in SHAPES[2:4]:
+        w32 = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+        fw = torch.from_numpy(w32)
+        for name in args.types.split(","):
+            ws = []
+            for rows in (1 << 30, 1):
+                qw = QuantizedWeight(n, k, QuantPolicy(name, sgemm_min_rows=rows), kern)
+                qw.set_rows(0, QTYPES[name], torch.from_numpy(quantize(w32, name)))
+                ws.append(qw)
+            for th in [int(t) for t in args.threads.split(",")]:
+                torch.set_num_threads(th)
+                for m in (2, 4, 8, 16, 32, 64):
+                    x = torch.randn(m, k)
+                    best = [1e9, 1e9, 1e9]
+                    for _ in range(args.repeats):
+                        for j, fn in enumerate((ws[0], ws[1], lambda a, w=fw: F.linear(a, w))):
+                            best[j] = min(best[j], timeit(lambda i, f=fn, a=x: f(a), 1, 50))
+                    print(f"{label:20s} {name:5s} {m:3d} {th:3d} {best[0] * 1e6:9.1f} "
+                          f"{best[1] * 1e6:9.1f} {best[2] * 1e6:9.1f}", flush=True)
 
 
 def main() -> None:
@@ -63,8 +100,13 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--level", type=int, default=-1)
+    ap.add_argument("--small-m", action="store_true")
+    ap.add_argument("--shapes", default="")
     args = ap.parse_args()
     kern = load_quant_kernel()
+    if args.small_m:
+        small_m(kern, args)
+        return
     rng = np.random.default_rng(0)
     threads = [int(t) for t in args.threads.split(",")]
     for th in threads:
@@ -72,8 +114,10 @@ def main() -> None:
               f"{read_bandwidth(th):.1f} GB/s")
     print(f"M={args.m}; time per call in us; GB/s = weight bytes / time")
     print(f"{'shape':20s} {'type':5s} {'thr':>3s} {'ours us':>8s} {'fp32 us':>8s} "
-          f"{'speedup':>7s} {'ours GB/s':>9s} {'fp32 GB/s':>9s}")
+          f"{'speedup':>7s} {'ours GB/s':>9s} {'fp32 GB/s':>9s} {'int8 us':>8s}")
     for label, n, k in SHAPES:
+        if args.shapes and label.split()[0] not in args.shapes.split(","):
+            continue
         w32 = rng.standard_normal((n, k)).astype(np.float32) * 0.05
         x = torch.from_numpy(rng.standard_normal((args.m, k)).astype(np.float32))
         fp_copies = max(2, WORKING_SET // w32.nbytes)
@@ -87,11 +131,12 @@ def main() -> None:
             for th in threads:
                 torch.set_num_threads(th)
                 iters = max(20, min(2000, int(2e8 / (n * k))))
-                best_q, best_f = ab(kern, qt, x, qws, fws, out, th, args.level, iters,
-                                    args.repeats)
+                best_q, best_f, best_i = ab(kern, qt, x, qws, fws, out, th, args.level, iters,
+                                            args.repeats)
+                i8 = f"{best_i * 1e6:8.1f}" if best_i is not None else f"{'-':>8s}"
                 print(f"{label:20s} {name:5s} {th:3d} {best_q * 1e6:8.1f} {best_f * 1e6:8.1f} "
                       f"{best_f / best_q:7.2f} {blocks.numel() / best_q / 1e9:9.1f} "
-                      f"{w32.nbytes / best_f / 1e9:9.1f}", flush=True)
+                      f"{w32.nbytes / best_f / 1e9:9.1f} {i8}", flush=True)
             del qws
 
 

@@ -78,6 +78,10 @@ _I = ctypes.c_int64
 _C = ctypes.c_int
 
 
+def error_text(code: int) -> str:
+    return _ERRORS.get(code, f"error {code}")
+
+
 class QuantKernelError(ValueError):
     """Inputs the quantized kernels cannot take: the message names which and why."""
 
@@ -100,6 +104,9 @@ class QuantKernel:
         self.path = path
         self._lib = lib
         self.best_level: int = lib.qk_best_level()
+        self.raw_matmul = lib.qk_matmul
+        """The C entry point itself (no checks; ``QuantizedWeight`` calls it with rows it
+        validated at load and activations it made contiguous): returns an error code."""
 
     def set_spin_ns(self, ns: int) -> None:
         """How long an idle pool thread spins before it sleeps (default 200 us)."""

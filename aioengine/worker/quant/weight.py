@@ -27,6 +27,8 @@ from aioengine.worker.quant.kernel import (
     QTYPES,
     QType,
     QuantKernel,
+    QuantKernelError,
+    error_text,
     load_quant_kernel,
 )
 from aioengine.worker.quant.quantize import quantize
@@ -208,11 +210,13 @@ class QuantizedWeight:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
+        if x.shape[-1] != self.in_features or x.device.type != "cpu":
+            raise QuantKernelError(f"expected CPU activations [..., {self.in_features}], got "
+                                   f"{tuple(x.shape)} on {x.device}")
         x2 = x.reshape(-1, self.in_features)
         if x2.dtype != torch.float32:
             x2 = x2.float()
-        if x2.stride(-1) != 1:
-            x2 = x2.contiguous()
+        x2 = x2.contiguous()
         m = x2.shape[0]
         segs = self.segments
         threads = torch.get_num_threads()
@@ -228,9 +232,16 @@ class QuantizedWeight:
                     torch.mm(x2, w.t(), out=dst)
                 else:
                     dst.copy_(F.linear(x2, w))
-            else:
-                act = (self.policy.activations if s.qtype.name in _INT8_TYPES else "float32")
-                self.kernel.matmul(s.qtype, x2, s.data, dst, threads=threads, activations=act)
+            else:  # rows checked at set_rows, x2 and out contiguous float32: the bare C call
+                act8 = self.policy.activations == "int8" and s.qtype.name in _INT8_TYPES
+                code = self.kernel.raw_matmul(
+                    s.qtype.ggml_id, x2.data_ptr(), self.in_features, m, s.data.data_ptr(),
+                    s.data.shape[1], s.n, self.in_features, out.data_ptr() + 4 * s.offset,
+                    self.out_features, threads, -1, int(act8))
+                if code:
+                    raise QuantKernelError(f"qk_matmul rejected its inputs: "
+                                           f"{error_text(code)} ({s.qtype.name}, M={m}, "
+                                           f"N={s.n}, K={self.in_features})")
         return out.reshape(*lead, self.out_features)
 
     __call__ = forward
