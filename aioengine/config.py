@@ -21,7 +21,7 @@ LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
 DETOKENIZE_IN = ("host", "engine", "process")
 CPU_DECODE_ATTENTION = ("auto", "kernel", "sdpa")
 QUANTIZATIONS = ("gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-QUANT_ACTIVATIONS = ("float32", "int8")
+QUANT_ACTIVATIONS = ("float32", "int16", "int8")
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,11 @@ class EngineConfig:
     ``q4_0``, ``q4_1``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
     already of that type are kept). None: float weights (GGUF files dequantized at load)."""
     quant_activations: str = "float32"
-    """With ``quantization``: ``float32`` (each weight dequantized in registers and multiplied
-    by the float activation) or ``int8`` (activations rounded to 8 bits per 32 values, integer
-    dot products, as llama.cpp does: faster, less accurate; q8_0/q4_0/q4_1 weights only)."""
+    """With ``quantization``, how activations meet the quantized weights on CPU: ``float32``
+    (each weight dequantized in registers times the float activation), ``int16`` (activations
+    rounded to 16 bits per 32 values, integer dot products), or ``int8`` (8 bits per 32 values,
+    as llama.cpp does: fastest, least accurate; q8_0/q4_0/q4_1 weights, others use int16).
+    See docs/quantization.md for the measured trade."""
     dist_init_addr: str | None = None
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)

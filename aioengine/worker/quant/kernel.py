@@ -2,7 +2,7 @@
 
 ``QuantKernel.matmul`` checks dtypes, shapes and strides in Python, then makes one C call that
 releases the GIL. ``level`` picks the code path: ``-1`` the best this CPU runs, ``0`` the
-portable scalar C, ``1`` AVX2+FMA+F16C (an error where the CPU lacks them).
+portable scalar C, ``1`` AVX2+FMA+F16C, ``2`` AVX-512F (an error where the CPU lacks them).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ SOURCE = Path(__file__).with_name("qkernels.c")
 # No -march: the AVX2 path is compiled with __attribute__((target)) and chosen at run time, so
 # the scalar path stays portable C and the dispatch is exercised on every machine.
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread")
-LEVELS = {-1: "best", 0: "scalar", 1: "avx2"}
+LEVELS = {-1: "best", 0: "scalar", 1: "avx2", 2: "avx512"}
 
 _ERRORS = {
     -1: "unsupported block type",
@@ -66,12 +66,13 @@ _ERRORS = {
     -4: "out of memory for the scratch",
     -5: "this CPU lacks the requested code path",
     -6: "thread count outside 1..256",
-    -7: "8-bit activations are implemented for q8_0, q4_0 and q4_1 only",
+    -7: "int8 activations are implemented for q8_0, q4_0 and q4_1 only",
 }
-ACTIVATIONS = ("float32", "int8")
-"""``float32``: weights dequantized in registers times float activations (default);
-``int8``: activations quantized per 32 values to 8 bits, integer dot products (llama.cpp's
-CPU scheme; q8_0, q4_0, q4_1 only)."""
+ACTIVATIONS = {"float32": 0, "int8": 1, "int16": 2}
+"""``float32``: weights dequantized in registers times float activations; ``int16``:
+activations rounded per 32 values to 16 bits (error <= 1.5e-5 of the block's largest value),
+integer dot products; ``int8``: rounded to 8 bits, integer dot products (llama.cpp's CPU scheme;
+q8_0, q4_0, q4_1 only)."""
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
@@ -149,7 +150,7 @@ class QuantKernel:
         ``activations``: one of ``ACTIVATIONS``."""
         level = self._level(level)
         if activations not in ACTIVATIONS:
-            raise QuantKernelError(f"activations must be one of {ACTIVATIONS}, got "
+            raise QuantKernelError(f"activations must be one of {tuple(ACTIVATIONS)}, got "
                                    f"{activations!r}")
         if x.dtype != torch.float32 or out.dtype != torch.float32:
             raise QuantKernelError(f"x and out must be float32, got {x.dtype} and {out.dtype}")
@@ -166,7 +167,7 @@ class QuantKernel:
         code = self._lib.qk_matmul(qtype.ggml_id, x.data_ptr(), max(x.stride(0), k), m,
                                    w.data_ptr(), w.shape[1], n, k, out.data_ptr(),
                                    max(out.stride(0), n), threads, level,
-                                   int(activations == "int8"))
+                                   ACTIVATIONS[activations])
         if code:
             raise QuantKernelError(f"qk_matmul rejected its inputs: "
                                    f"{_ERRORS.get(code, f'error {code}')} ({qtype.name}, M={m}, "

@@ -50,8 +50,8 @@ class QuantPolicy:
     mode: str
     """``gguf`` or a block type name (see the module docstring)."""
     activations: str = "float32"
-    """``float32`` or ``int8`` (``kernel.ACTIVATIONS``); int8 applies to q8_0/q4_0/q4_1
-    segments, other types stay float32."""
+    """``float32``, ``int16`` or ``int8`` (``kernel.ACTIVATIONS``); int8 applies to
+    q8_0/q4_0/q4_1 segments (other types use int16)."""
     sgemm_min_rows: int = SGEMM_MIN_ROWS
 
     def __post_init__(self) -> None:
@@ -59,7 +59,7 @@ class QuantPolicy:
             raise ValueError(f"quantization must be one of {QUANTIZATION_MODES} (or None), got "
                              f"{self.mode!r}")
         if self.activations not in ACTIVATIONS:
-            raise ValueError(f"quantized activations must be one of {ACTIVATIONS}, got "
+            raise ValueError(f"quantized activations must be one of {tuple(ACTIVATIONS)}, got "
                              f"{self.activations!r}")
 
     @property
@@ -226,18 +226,20 @@ class QuantizedWeight:
             if s.qtype is None:
                 torch.mm(x2, s.data.t(), out=dst) if len(segs) == 1 else dst.copy_(
                     F.linear(x2, s.data))
-            elif m >= self.policy.sgemm_min_rows and self.policy.activations == "float32":
+            elif m >= self.policy.sgemm_min_rows:
                 w = self.kernel.dequantize(s.qtype, s.data, self.in_features, threads=threads)
                 if len(segs) == 1:
                     torch.mm(x2, w.t(), out=dst)
                 else:
                     dst.copy_(F.linear(x2, w))
             else:  # rows checked at set_rows, x2 and out contiguous float32: the bare C call
-                act8 = self.policy.activations == "int8" and s.qtype.name in _INT8_TYPES
+                act = self.policy.activations
+                if act == "int8" and s.qtype.name not in _INT8_TYPES:
+                    act = "int16"
                 code = self.kernel.raw_matmul(
                     s.qtype.ggml_id, x2.data_ptr(), self.in_features, m, s.data.data_ptr(),
                     s.data.shape[1], s.n, self.in_features, out.data_ptr() + 4 * s.offset,
-                    self.out_features, threads, -1, int(act8))
+                    self.out_features, threads, -1, ACTIVATIONS[act])
                 if code:
                     raise QuantKernelError(f"qk_matmul rejected its inputs: "
                                            f"{error_text(code)} ({s.qtype.name}, M={m}, "

@@ -1,0 +1,66 @@
+"""Batch-1 decode step time of a real model with float32 weights against the same model with
+its weights kept quantized (our kernels), at 1 and 2 threads, alternating A/B rounds in one
+process (the kernels suite's own step driver: ModelRunner.execute with greedy sampling).
+
+    flock /tmp/bench.lock python scripts/bench_quant_decode.py FILE.gguf [gguf q8_0 ...]
+
+Prints the median step time per round and the best round's tokens/s; with ``weight GB/s``
+(bytes of every weight a step reads / step time).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from aioengine.bench.kernels import _OurModel
+from aioengine.config import EngineConfig
+from aioengine.worker.model_runner import ModelRunner
+
+PROMPT = 32
+WARMUP, STEPS, ROUNDS = 3, 24, 3
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    if model.lm_head is None and model.embed_tokens.qhead is None:
+        return total  # tied float head: the table is read once, as the head
+    total -= model.embed_tokens.weight.numel() * 4  # lookups read one row
+    for m in model.modules():
+        for attr in ("qweight", "qhead"):
+            qw = getattr(m, attr, None)
+            if qw is not None:
+                total += qw.nbytes
+    return total
+
+
+def main() -> None:
+    path, modes = sys.argv[1], [None, *(sys.argv[2:] or ["gguf"])]
+    per_seq = -(-(PROMPT + WARMUP + STEPS * ROUNDS + 2) // 16)
+    for threads in (1, 2):
+        runs = {}
+        for mode in modes:
+            cfg = EngineConfig(model=path, quantization=mode, num_threads=threads,
+                               block_size=16, num_kv_blocks=per_seq, max_num_seqs=1)
+            runner = ModelRunner(cfg)
+            runner.allocate_kv_cache(per_seq)
+            runs[mode] = (_OurModel(runner, per_seq), weight_bytes(runner.model))
+        prompt = [torch.randint(0, 1000, (PROMPT,)).tolist()]
+        times: dict[str | None, list[float]] = {m: [] for m in modes}
+        for _ in range(ROUNDS):
+            for mode in modes:
+                times[mode].append(runs[mode][0].decode_ms(prompt, WARMUP, STEPS))
+        base = min(times[None])
+        for mode in modes:
+            best = min(times[mode])
+            gbs = runs[mode][1] / (best / 1000) / 1e9
+            print(f"threads={threads} {mode or 'float32':8s} step ms (per round) "
+                  f"{' '.join(f'{t:.2f}' for t in times[mode])} best {best:.2f} = "
+                  f"{1000 / best:.1f} tok/s, x{base / best:.2f} vs float32, weights "
+                  f"{runs[mode][1] / 1e6:.0f} MB, {gbs:.1f} GB/s", flush=True)
+        del runs
+
+
+if __name__ == "__main__":
+    main()
