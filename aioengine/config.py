@@ -95,7 +95,7 @@ class EngineConfig:
     CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
     ``q4_0``, ``q4_1``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
     already of that type are kept). None: float weights (GGUF files dequantized at load)."""
-    quant_activations: str = "float32"
+    quant_activations: str = "int16"
     """With ``quantization``, how activations meet the quantized weights on CPU: ``float32``
     (each weight dequantized in registers times the float activation), ``int16`` (activations
     rounded to 16 bits per 32 values, integer dot products), or ``int8`` (8 bits per 32 values,

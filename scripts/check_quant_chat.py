@@ -20,7 +20,7 @@ PROMPTS = ["What is the capital of France?", "What is 2 + 2?",
 def answers(path: str, quantization: str | None) -> list[str]:
     """``quantization`` ``MODE`` or ``MODE:int8`` (8-bit activations)."""
     mode, _, act = (quantization or "").partition(":")
-    cfg = EngineConfig(model=path, quantization=mode or None, quant_activations=act or "float32",
+    cfg = EngineConfig(model=path, quantization=mode or None, quant_activations=act or "int16",
                        max_model_len=512, seed=0)
     with LLM(cfg) as llm:
         outs = llm.chat([[{"role": "user", "content": p}] for p in PROMPTS],

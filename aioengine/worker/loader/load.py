@@ -41,7 +41,7 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
                device: str | torch.device = "auto", load_format: str = "auto", tp_rank: int = 0,
                tp_size: int = 1, seed: int = 0,
                quantization: str | None = None,
-               quant_activations: str = "float32") -> tuple[CausalLM, ModelSpec]:
+               quant_activations: str = "int16") -> tuple[CausalLM, ModelSpec]:
     """Build the model for this rank and fill its weights; returns ``(model, spec)``.
 
     ``path_or_resolved``: a local Hugging Face directory, a GGUF file, a built-in name

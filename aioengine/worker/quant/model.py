@@ -10,7 +10,7 @@ from aioengine.worker.quant.weight import QuantPolicy
 logger = logging.getLogger(__name__)
 
 
-def quantize_model(model: CausalLM, mode: str, activations: str = "float32") -> QuantPolicy:
+def quantize_model(model: CausalLM, mode: str, activations: str = "int16") -> QuantPolicy:
     """Every decoder linear (fused q/k/v, o, fused gate/up, down) and the LM head keep their
     weights quantized under ``mode`` (``QuantPolicy``); a tied embedding keeps its float table
     for lookups beside the head's quantized copy. ValueError for an unknown mode or a model not

@@ -49,7 +49,7 @@ _INT8_TYPES = ("q8_0", "q4_0", "q4_1")
 class QuantPolicy:
     mode: str
     """``gguf`` or a block type name (see the module docstring)."""
-    activations: str = "float32"
+    activations: str = "int16"
     """``float32``, ``int16`` or ``int8`` (``kernel.ACTIVATIONS``); int8 applies to
     q8_0/q4_0/q4_1 segments (other types use int16)."""
     sgemm_min_rows: int = SGEMM_MIN_ROWS
