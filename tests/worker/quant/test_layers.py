@@ -56,6 +56,15 @@ def as_float(src: GGUFTensorSource) -> torch.Tensor:
     return src[:].double()
 
 
+def assert_product(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rel: float) -> None:
+    """``got`` within ``rel`` of sum |x| |w| of the float64 product (int16 activations: 1e-4;
+    float32 activations and sgemm: 1e-5)."""
+    x, w = x.double(), w.double()
+    bound = rel * (x.abs() @ w.abs().T) + 1e-7
+    err = (got.double() - x @ w.T).abs()
+    assert (err <= bound).all(), float((err - bound).max())
+
+
 def test_fused_parts_of_mixed_types_from_a_gguf_file(tmp_path):
     """q (Q4_K), k (Q6_K), v (float32) of one QKV projection, as a Q4_K_M file mixes them:
     each part's blocks taken unchanged, one segment per type, the product equals the
@@ -77,10 +86,13 @@ def test_fused_parts_of_mixed_types_from_a_gguf_file(tmp_path):
     raw_q = srcs["q"].raw_rows(0, 4 * d)
     assert np.array_equal(segs[0].data.numpy(), raw_q)  # the file's bytes, unchanged
     ref = torch.cat([as_float(srcs[n]) for n in "qkv"])
-    for m in (1, 3, 40):  # GEMV, tiled, dequantize + sgemm
+    for m in (1, 3, 40):  # GEMV (int16 activations), row by row, dequantize + sgemm
         x = torch.randn(m, hidden)
-        got = layer(x).double()
-        torch.testing.assert_close(got, x.double() @ ref.T, atol=1e-3, rtol=1e-4)
+        assert_product(layer(x), x, ref, 1e-4 if m < 32 else 1e-5)
+    layer.qweight.policy = QuantPolicy("gguf", activations="float32")
+    for m in (1, 3):  # GEMV and the tiled path, float activations
+        x = torch.randn(m, hidden)
+        assert_product(layer(x), x, ref, 1e-5)
 
 
 def test_tensor_parallel_shards_sum_to_the_full_product(tmp_path):
@@ -107,9 +119,9 @@ def test_tensor_parallel_shards_sum_to_the_full_product(tmp_path):
         down.load(srcs["down"])
         mine = up_ref[:, rank * 48:(rank + 1) * 48]
         torch.testing.assert_close(up.qweight(x).double(), torch.cat([mine, mine], dim=1),
-                                   atol=1e-3, rtol=1e-4)
+                                   atol=5e-3, rtol=1e-3)
         down_sum += down.qweight(h[:, rank * 96:(rank + 1) * 96]).double()
-    torch.testing.assert_close(down_sum, down_ref, atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(down_sum, down_ref, atol=5e-3, rtol=1e-3)
 
 
 def test_a_row_parallel_split_off_a_block_boundary_is_refused(tmp_path):
@@ -129,8 +141,7 @@ def test_in_situ_quantization_of_float_rows():
     deq = torch.from_numpy(gguf_dequantize(quantize(w.numpy(), "q8_0"), gtype("q8_0")))
     torch.testing.assert_close(layer.qweight.dequantize(), deq)
     x = torch.randn(5, 256)
-    torch.testing.assert_close(layer(x).double(), x.double() @ deq.double().T, atol=1e-4,
-                               rtol=1e-4)
+    assert_product(layer(x), x, deq, 1e-4)
 
 
 def test_unloaded_rows_and_bad_rows_are_named():
