@@ -2,7 +2,9 @@
 its weights kept quantized (our kernels), at 1 and 2 threads, alternating A/B rounds in one
 process (the kernels suite's own step driver: ModelRunner.execute with greedy sampling).
 
-    flock /tmp/bench.lock python scripts/bench_quant_decode.py FILE.gguf [gguf q8_0 ...]
+    flock /tmp/bench.lock python scripts/bench_quant_decode.py FILE.gguf [gguf gguf:float32 ...]
+
+(``MODE:ACT`` names the activation precision, default int16.)
 
 Prints the median step time per round and the best round's tokens/s; with ``weight GB/s``
 (bytes of every weight a step reads / step time).
@@ -10,6 +12,7 @@ Prints the median step time per round and the best round's tokens/s; with ``weig
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -38,11 +41,13 @@ def weight_bytes(model: torch.nn.Module) -> int:
 def main() -> None:
     path, modes = sys.argv[1], [None, *(sys.argv[2:] or ["gguf"])]
     per_seq = -(-(PROMPT + WARMUP + STEPS * ROUNDS + 2) // 16)
-    for threads in (1, 2):
+    for threads in [int(t) for t in os.environ.get("THREADS", "1,2").split(",")]:
         runs = {}
         for mode in modes:
-            cfg = EngineConfig(model=path, quantization=mode, num_threads=threads,
-                               block_size=16, num_kv_blocks=per_seq, max_num_seqs=1)
+            q, _, act = (mode or "").partition(":")
+            cfg = EngineConfig(model=path, quantization=q or None, quant_activations=act or "int16",
+                               num_threads=threads, block_size=16, num_kv_blocks=per_seq,
+                               max_num_seqs=1)
             runner = ModelRunner(cfg)
             runner.allocate_kv_cache(per_seq)
             runs[mode] = (_OurModel(runner, per_seq), weight_bytes(runner.model))

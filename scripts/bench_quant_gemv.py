@@ -7,7 +7,7 @@ every call reads them from memory, as a decode step over 30 layers does.
     flock /tmp/bench.lock python scripts/bench_quant_gemv.py --small-m   # tiled vs sgemm
 
 Each row alternates ours and torch in the same loop (A/B), best of ``--repeats`` rounds;
-``int8 us`` is our 8-bit-activation path (q8_0/q4_0/q4_1) in the same rounds.
+every activation precision of ours (int16 default, float32, int8) runs in the same rounds.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from aioengine.worker.quant import QTYPES, load_quant_kernel, quantize
+from aioengine.worker.quant.kernel import ACTIVATIONS
 
 SHAPES = [("qkv/o 576x576", 576, 576), ("k/v 192x576", 192, 576), ("gate/up 1536x576", 1536, 576),
           ("down 576x1536", 576, 1536), ("lm_head 49152x576", 49152, 576)]
@@ -48,21 +49,19 @@ def timeit(fn, copies: int, iters: int) -> float:
     return (time.perf_counter() - t) / iters
 
 
-def ab(kern, qt, x, qws, fws, out, th, level, iters,
-       repeats) -> tuple[float, float, float | None]:
-    """Best seconds per call of ours (float32 and int8 activations) and of torch fp32,
-    alternating rounds."""
-    best_q = best_f = best_i = 1e9
-    int8 = qt.name in ("q8_0", "q4_0", "q4_1")
+def ab(kern, qt, x, qws, fws, out, th, level, iters, repeats) -> dict[str, float]:
+    """Best seconds per call of ours with each activation precision and of torch fp32
+    (``torch``), alternating in every round."""
+    acts = [a for a in ACTIVATIONS if a != "int8" or qt.name in ("q8_0", "q4_0", "q4_1")]
+    best = {a: 1e9 for a in [*acts, "torch"]}
     for _ in range(repeats):
-        best_q = min(best_q, timeit(
-            lambda i: kern.matmul(qt, x, qws[i], out, threads=th, level=level), len(qws), iters))
-        best_f = min(best_f, timeit(lambda i: F.linear(x, fws[i]), len(fws), iters))
-        if int8:
-            best_i = min(best_i, timeit(
-                lambda i: kern.matmul(qt, x, qws[i], out, threads=th, level=level,
-                                      activations="int8"), len(qws), iters))
-    return best_q, best_f, best_i if int8 else None
+        for a in acts:
+            best[a] = min(best[a], timeit(
+                lambda i, a=a: kern.matmul(qt, x, qws[i], out, threads=th, level=level,
+                                           activations=a), len(qws), iters))
+        best["torch"] = min(best["torch"], timeit(lambda i: F.linear(x, fws[i]), len(fws),
+                                                  iters))
+    return best
 
 
 def small_m(kern, args) -> None:
@@ -113,8 +112,10 @@ def main() -> None:
         print(f"read bandwidth, torch sum over 1 GiB, {th} thread(s): "
               f"{read_bandwidth(th):.1f} GB/s")
     print(f"M={args.m}; time per call in us; GB/s = weight bytes / time")
-    print(f"{'shape':20s} {'type':5s} {'thr':>3s} {'ours us':>8s} {'fp32 us':>8s} "
-          f"{'speedup':>7s} {'ours GB/s':>9s} {'fp32 GB/s':>9s} {'int8 us':>8s}")
+    print("us per call: ours with int16 (default) / float32 / int8 activations, torch F.linear "
+          "on float32 weights; GB/s: weight bytes / time")
+    print(f"{'shape':20s} {'type':5s} {'thr':>3s} {'int16':>7s} {'f32':>7s} {'int8':>7s} "
+          f"{'torch':>7s} {'x torch':>7s} {'GB/s':>6s} {'torchGB/s':>9s}")
     for label, n, k in SHAPES:
         if args.shapes and label.split()[0] not in args.shapes.split(","):
             continue
@@ -131,12 +132,12 @@ def main() -> None:
             for th in threads:
                 torch.set_num_threads(th)
                 iters = max(20, min(2000, int(2e8 / (n * k))))
-                best_q, best_f, best_i = ab(kern, qt, x, qws, fws, out, th, args.level, iters,
-                                            args.repeats)
-                i8 = f"{best_i * 1e6:8.1f}" if best_i is not None else f"{'-':>8s}"
-                print(f"{label:20s} {name:5s} {th:3d} {best_q * 1e6:8.1f} {best_f * 1e6:8.1f} "
-                      f"{best_f / best_q:7.2f} {blocks.numel() / best_q / 1e9:9.1f} "
-                      f"{w32.nbytes / best_f / 1e9:9.1f} {i8}", flush=True)
+                b = ab(kern, qt, x, qws, fws, out, th, args.level, iters, args.repeats)
+                i8 = f"{b['int8'] * 1e6:7.1f}" if "int8" in b else f"{'-':>7s}"
+                print(f"{label:20s} {name:5s} {th:3d} {b['int16'] * 1e6:7.1f} "
+                      f"{b['float32'] * 1e6:7.1f} {i8} {b['torch'] * 1e6:7.1f} "
+                      f"{b['torch'] / b['int16']:7.2f} {blocks.numel() / b['int16'] / 1e9:6.1f} "
+                      f"{w32.nbytes / b['torch'] / 1e9:9.1f}", flush=True)
             del qws
 
 
