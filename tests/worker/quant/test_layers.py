@@ -185,3 +185,12 @@ def test_tiny_q8_0_keeps_greedy_tokens_and_logits(prompt):
     assert tokens == ref_tokens
     torch.testing.assert_close(logits, ref_logits, atol=0.1, rtol=0)
     assert (logits - ref_logits).abs().max() > 0  # really computed from quantized weights
+
+
+def test_without_a_compiler_quantization_fails_naming_it(tmp_path, monkeypatch):
+    from aioengine.worker.cbuild import KernelBuildError
+
+    monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("AIOENGINE_CC", "aioengine-no-such-cc")
+    with pytest.raises(KernelBuildError, match="no C compiler 'aioengine-no-such-cc' on PATH"):
+        load_model("tiny", dtype="float32", device="cpu", quantization="q8_0")
