@@ -929,22 +929,31 @@ AVX2 static float dot_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_bl
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
-/* thread pool: workers spin for a while after each job, then sleep on a futex */
+/* thread pool: workers spin for a while after each job, then sleep on a futex.
+ *
+ * A job is split into chunks of output rows that the caller and the workers take from a shared
+ * counter, so a worker that is not running (its core busy with another process) costs nothing:
+ * the caller takes its chunks. A worker joins a job by claiming it (a CAS on a word holding the
+ * job's generation); once the caller has run out of chunks it closes the claims and waits only
+ * for the workers that joined, which are running. A late worker sees the closed or newer claim
+ * word and never touches the finished job. */
 
-typedef void (*job_fn)(void *arg, int tid, int nth);
+typedef void (*job_fn)(void *arg, int chunk, int nchunks);
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t pool_threads[256];
-static uint32_t pool_start_gen[256];
 static int pool_size = 0;
-static _Atomic uint32_t pool_gen = 0;
-static _Atomic int pool_pending = 0;
+static _Atomic uint32_t pool_gen = 0;    /* bumped per job: wakes the workers */
+static _Atomic uint64_t pool_claim = 0;  /* gen << 32 | closed << 31 | workers joined */
+static _Atomic int pool_finished = 0;    /* joined workers done with the current job */
+static _Atomic int pool_next = 0;        /* next chunk to take */
 static _Atomic int pool_sleepers = 0;
-static _Atomic int pool_stop = 0;
 static job_fn pool_fn;
 static void *pool_arg;
-static int pool_nth;
+static int pool_nchunks;
 static _Atomic long pool_spin_ns = 200000; /* how long an idle worker spins before sleeping */
+
+#define CLAIM_CLOSED (1ull << 31)
 
 static inline void cpu_relax(void) {
 #if QK_X86
@@ -975,10 +984,17 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
 #endif
 }
 
+static void take_chunks(job_fn fn, void *arg, int nchunks) {
+    for (;;) {
+        int c = atomic_fetch_add(&pool_next, 1);
+        if (c >= nchunks) return;
+        fn(arg, c, nchunks);
+    }
+}
+
 static void *pool_main(void *p) {
-    int idx = (int)(intptr_t)p; /* worker idx runs tid idx + 1 */
-    /* the generation before the job that created this worker (read under the pool lock) */
-    uint32_t seen = pool_start_gen[idx];
+    (void)p;
+    uint32_t seen = atomic_load(&pool_gen);
     for (;;) {
         long start = now_ns();
         int spins = 0;
@@ -995,11 +1011,17 @@ static void *pool_main(void *p) {
             }
         }
         seen = atomic_load(&pool_gen);
-        if (atomic_load(&pool_stop)) return NULL;
-        if (idx + 1 < pool_nth) pool_fn(pool_arg, idx + 1, pool_nth);
-        /* every worker acknowledges every job, so none can lag into the next one */
-        atomic_fetch_sub_explicit(&pool_pending, 1, memory_order_release);
+        uint64_t c = atomic_load(&pool_claim);
+        /* join only the job of the generation just seen, while its claims are open */
+        while ((uint32_t)(c >> 32) == seen && !(c & CLAIM_CLOSED)) {
+            if (atomic_compare_exchange_weak(&pool_claim, &c, c + 1)) {
+                take_chunks(pool_fn, pool_arg, pool_nchunks);
+                atomic_fetch_add_explicit(&pool_finished, 1, memory_order_release);
+                break;
+            }
+        }
     }
+    return NULL;
 }
 
 static void pool_atfork_child(void) {
@@ -1009,9 +1031,10 @@ static void pool_atfork_child(void) {
     atomic_store(&pool_sleepers, 0);
 }
 
-static int pool_run(job_fn fn, void *arg, int nth) {
-    if (nth <= 1) {
-        fn(arg, 0, 1);
+/* run fn over nchunks chunks on the calling thread and up to nth - 1 pool threads */
+static int pool_run(job_fn fn, void *arg, int nchunks, int nth) {
+    if (nth <= 1 || nchunks <= 1) {
+        for (int c = 0; c < nchunks; c++) fn(arg, c, nchunks);
         return E_OK;
     }
     pthread_mutex_lock(&pool_lock);
@@ -1021,28 +1044,26 @@ static int pool_run(job_fn fn, void *arg, int nth) {
         atfork_done = 1;
     }
     while (pool_size < nth - 1) {
-        pool_start_gen[pool_size] = atomic_load(&pool_gen);
-        if (pthread_create(&pool_threads[pool_size], NULL, pool_main,
-                           (void *)(intptr_t)pool_size) != 0) {
-            if (pool_size == 0) {
-                pthread_mutex_unlock(&pool_lock);
-                fn(arg, 0, 1);
-                return E_OK;
-            }
-            nth = pool_size + 1; /* run with the workers we have */
-            break;
-        }
+        if (pthread_create(&pool_threads[pool_size], NULL, pool_main, NULL) != 0) break;
         pthread_detach(pool_threads[pool_size]);
         pool_size++;
     }
     pool_fn = fn;
     pool_arg = arg;
-    pool_nth = nth;
-    atomic_store(&pool_pending, pool_size);
-    atomic_fetch_add(&pool_gen, 1);
+    pool_nchunks = nchunks;
+    atomic_store(&pool_next, 0);
+    atomic_store(&pool_finished, 0);
+    uint32_t gen = atomic_load(&pool_gen) + 1;
+    atomic_store(&pool_claim, (uint64_t)gen << 32);
+    atomic_store(&pool_gen, gen);
     if (atomic_load(&pool_sleepers) > 0) futex_wake_all(&pool_gen);
-    fn(arg, 0, nth);
-    while (atomic_load_explicit(&pool_pending, memory_order_acquire) > 0) cpu_relax();
+    take_chunks(fn, arg, nchunks);
+    /* close the claims: the workers that joined are running; wait for them only */
+    uint64_t c = atomic_load(&pool_claim);
+    while (!atomic_compare_exchange_weak(&pool_claim, &c, c | CLAIM_CLOSED)) {
+    }
+    int joined = (int)(c & 0x7FFFFFFF);
+    while (atomic_load_explicit(&pool_finished, memory_order_acquire) < joined) cpu_relax();
     pthread_mutex_unlock(&pool_lock);
     return E_OK;
 }
@@ -1063,6 +1084,15 @@ typedef struct {
     const xq_block *xq; /* 8-bit activations: x quantized, one row */
     const x16_block *x16; /* 16-bit activations: x quantized, one row */
 } job_t;
+
+/* chunks a job of n rows is cut into for nth threads: 4 per thread (a descheduled worker's
+ * share is taken by the others), at least 16 rows each */
+static int chunks_for(int64_t n, int nth) {
+    if (nth <= 1) return 1;
+    int64_t c = 4 * (int64_t)nth, most = (n + 15) / 16;
+    if (c > most) c = most;
+    return c < 1 ? 1 : (int)c;
+}
 
 static void rows_of(int64_t n, int tid, int nth, int64_t *r0, int64_t *r1) {
     /* contiguous row ranges, multiples of 4 rows except the last */
@@ -1225,7 +1255,7 @@ int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, i
             r.y = y + mi * ldy;
             r.x16 = xq;
             r.xs = xs;
-            pool_run(gemv_job, &r, nthreads);
+            pool_run(gemv_job, &r, chunks_for(n, nthreads), nthreads);
         }
         free(xq);
         free(xs);
@@ -1240,7 +1270,7 @@ int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, i
             r.x = x + mi * ldx;
             r.y = y + mi * ldy;
             r.xq = xq;
-            pool_run(gemv_job, &r, nthreads);
+            pool_run(gemv_job, &r, chunks_for(n, nthreads), nthreads);
         }
         free(xq);
         return E_OK;
@@ -1256,12 +1286,12 @@ int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, i
         }
         j.xs = xs;
         if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
-        pool_run(gemv_job, &j, nthreads);
+        pool_run(gemv_job, &j, chunks_for(n, nthreads), nthreads);
         free(xs);
         return E_OK;
     }
     if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
-    pool_run(tiled_job, &j, nthreads);
+    pool_run(tiled_job, &j, chunks_for(n, nthreads), nthreads);
     return j.failed ? E_NOMEM : E_OK;
 }
 
@@ -1275,6 +1305,6 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
     if (n == 0) return E_OK;
     job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0, NULL, NULL};
     if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
-    pool_run(deq_job, &j, nthreads);
+    pool_run(deq_job, &j, chunks_for(n, nthreads), nthreads);
     return E_OK;
 }

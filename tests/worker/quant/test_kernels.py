@@ -207,3 +207,30 @@ def test_int16_activations_are_within_a_tight_bound(kern, name):
                 kern.matmul(qt, torch.from_numpy(x), torch.from_numpy(b), out, threads=threads,
                             level=level, activations="int16")
                 assert np.all(np.abs(out.numpy() - ref) <= bound), (level, threads)
+
+
+def test_concurrent_callers_share_the_pool(kern):
+    """Two Python threads calling at once (the C call releases the GIL): each call still gets
+    all its rows, computed once."""
+    import threading
+
+    qt = QTYPES["q4_1"]
+    b, wref = blocks_of("q4_1", 257, 128)
+    x = np.random.default_rng(6).standard_normal((1, 128)).astype(np.float32)
+    bad = []
+
+    def caller() -> None:
+        for _ in range(200):
+            out = torch.full((1, 257), float("nan"))
+            kern.matmul(qt, torch.from_numpy(x), torch.from_numpy(b), out, threads=3,
+                        activations="float32")
+            ref = x.astype(np.float64) @ wref.T
+            if not np.allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4):
+                bad.append(out)
+
+    threads = [threading.Thread(target=caller) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
