@@ -7,13 +7,15 @@ process (the kernels suite's own step driver: ModelRunner.execute with greedy sa
 (``MODE:ACT`` names the activation precision, default int16.)
 
 Prints the median step time per round and the best round's tokens/s; with ``weight GB/s``
-(bytes of every weight a step reads / step time).
+(bytes of every weight a step reads / step time), and the time of the linears alone (one pass
+over every weight at batch 1) with its GB/s, to set against the machine's read bandwidth.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import torch
 
@@ -38,6 +40,30 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
+def linears_ms(model: torch.nn.Module, rounds: int = 20) -> float:
+    """Best time of one pass over every linear weight of the model at batch 1 (the matmuls of
+    a decode step without attention, norms and Python around them)."""
+    calls = []
+    for m in model.modules():
+        qw = getattr(m, "qweight", None) or getattr(m, "qhead", None)
+        if qw is not None:
+            calls.append((qw, torch.randn(1, qw.in_features)))
+        elif isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.dim() == 2 \
+                and hasattr(m, "tp"):
+            if m is model.embed_tokens and model.lm_head is not None:
+                continue  # an untied input embedding is only looked up
+            w = m.weight
+            calls.append((lambda a, w=w: torch.nn.functional.linear(a, w),
+                          torch.randn(1, w.shape[1])))
+    best = 1e9
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for fn, x in calls:
+            fn(x)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1000
+
+
 def main() -> None:
     path, modes = sys.argv[1], [None, *(sys.argv[2:] or ["gguf"])]
     per_seq = -(-(PROMPT + WARMUP + STEPS * ROUNDS + 2) // 16)
@@ -50,7 +76,7 @@ def main() -> None:
                                max_num_seqs=1)
             runner = ModelRunner(cfg)
             runner.allocate_kv_cache(per_seq)
-            runs[mode] = (_OurModel(runner, per_seq), weight_bytes(runner.model))
+            runs[mode] = (_OurModel(runner, per_seq), weight_bytes(runner.model), runner.model)
         prompt = [torch.randint(0, 1000, (PROMPT,)).tolist()]
         times: dict[str | None, list[float]] = {m: [] for m in modes}
         for _ in range(ROUNDS):
@@ -60,6 +86,9 @@ def main() -> None:
         for mode in modes:
             best = min(times[mode])
             gbs = runs[mode][1] / (best / 1000) / 1e9
+            lin = linears_ms(runs[mode][2])
+            print(f"threads={threads} {mode or 'float32':8s} linears only: {lin:.2f} ms, "
+                  f"{runs[mode][1] / (lin / 1000) / 1e9:.1f} GB/s")
             print(f"threads={threads} {mode or 'float32':8s} step ms (per round) "
                   f"{' '.join(f'{t:.2f}' for t in times[mode])} best {best:.2f} = "
                   f"{1000 / best:.1f} tok/s, x{base / best:.2f} vs float32, weights "
