@@ -928,6 +928,56 @@ AVX2 static float dot_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_bl
 }
 #endif
 
+#if QK_X86
+/* 4 rows of int16 activations against one weight row (Q8_0, Q4_0, Q4_1): each weight block is
+ * unpacked once and used for the 4 rows (batched decode, short prompts). xq/xs: 4 rows of
+ * n32 blocks each, one after another. */
+AVX2 static void dot4_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_block *xq,
+                               const float *xs, int64_t n32, float *out) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    float tail[4] = {0, 0, 0, 0};
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const int q41 = t == T_Q4_1, q80 = t == T_Q8_0;
+    const int bytes = q80 ? 34 : q41 ? 20 : 18;
+    const __m256i off = (q41 || q80) ? _mm256_setzero_si256() : _mm256_set1_epi16(8);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * bytes;
+        __m256i w0, w1;
+        if (q80) {
+            w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
+            w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
+        } else {
+            __m128i q = _mm_loadu_si128((const __m128i *)(p + (q41 ? 4 : 2)));
+            w0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(q, m4)), off);
+            w1 = _mm256_sub_epi16(
+                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), m4)), off);
+        }
+        float dw = h2f_avx(p);
+#define ROW(i, acc)                                                                           \
+    {                                                                                         \
+        const x16_block *xb = &xq[(i) * n32 + b];                                             \
+        __m256i s = _mm256_add_epi32(                                                         \
+            _mm256_madd_epi16(w0, _mm256_loadu_si256((const __m256i *)xb->q)),                \
+            _mm256_madd_epi16(w1, _mm256_loadu_si256((const __m256i *)(xb->q + 16))));        \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * xb->d), acc);        \
+    }
+        ROW(0, acc0)
+        ROW(1, acc1)
+        ROW(2, acc2)
+        ROW(3, acc3)
+#undef ROW
+        if (q41) {
+            float mw = h2f_avx(p + 2);
+            for (int i = 0; i < 4; i++) tail[i] += mw * xs[i * n32 + b];
+        }
+    }
+    out[0] = hsum8(acc0) + tail[0];
+    out[1] = hsum8(acc1) + tail[1];
+    out[2] = hsum8(acc2) + tail[2];
+    out[3] = hsum8(acc3) + tail[3];
+}
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 /* thread pool: workers spin for a while after each job, then sleep on a futex.
  *
@@ -1082,7 +1132,8 @@ typedef struct {
     const float *xs; /* [m, k/32] sums of x per 32 values */
     int failed;
     const xq_block *xq; /* 8-bit activations: x quantized, one row */
-    const x16_block *x16; /* 16-bit activations: x quantized, one row */
+    const x16_block *x16; /* 16-bit activations: x quantized, one row (or m4 rows) */
+    int64_t m4;           /* > 0: x16/xs hold m4 rows (a multiple of 4) of n32 blocks */
 } job_t;
 
 /* chunks a job of n rows is cut into for nth threads: 4 per thread (a descheduled worker's
@@ -1138,6 +1189,38 @@ static void gemv_job(void *a, int tid, int nth) {
         }
 #endif
         j->y[r] = dot_scalar(j->t, wr, j->nb, j->x, j->xs);
+    }
+}
+
+/* M > 1 with int16 activations: every x row quantized up front; Q8_0/Q4_0/Q4_1 weight rows
+ * meet 4 x rows at a time (AVX2), other types and paths one x row at a time */
+static void multi16_job(void *a, int tid, int nth) {
+    job_t *j = a;
+    int64_t r0, r1, n32 = j->k / 32;
+    rows_of(j->n, tid, nth, &r0, &r1);
+    float out4[4];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *wr = j->w + r * j->row_bytes;
+        for (int64_t mi = 0; mi < j->m; mi += 4) {
+#if QK_X86
+            if (j->level >= 1 && (j->t == T_Q8_0 || j->t == T_Q4_0 || j->t == T_Q4_1)) {
+                dot4_i16_avx2(j->t, wr, j->nb, j->x16 + mi * n32, j->xs + mi * n32, n32, out4);
+                for (int i = 0; i < 4 && mi + i < j->m; i++) j->y[(mi + i) * j->ldy + r] = out4[i];
+                continue;
+            }
+#endif
+            for (int i = 0; i < 4 && mi + i < j->m; i++) {
+                const x16_block *xq = j->x16 + (mi + i) * n32;
+                const float *xs = j->xs + (mi + i) * n32;
+#if QK_X86
+                if (j->level >= 1) {
+                    j->y[(mi + i) * j->ldy + r] = dot_i16_avx2(j->t, wr, j->nb, xq, xs);
+                    continue;
+                }
+#endif
+                j->y[(mi + i) * j->ldy + r] = dot_i16_scalar(j->t, wr, j->nb, xq, xs);
+            }
+        }
     }
 }
 
@@ -1231,12 +1314,12 @@ int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, i
     if (act8 < 0 || act8 > 2) return E_ACT8;
     if (act8 == 1 && t != T_Q8_0 && t != T_Q4_0 && t != T_Q4_1) return E_ACT8;
     if (m == 0 || n == 0) return E_OK;
-    job_t j = {t, level, x, ldx, m, w, row_bytes, n, k, nb, y, ldy, NULL, 0, NULL, NULL};
+    job_t j = {t, level, x, ldx, m, w, row_bytes, n, k, nb, y, ldy, NULL, 0, NULL, NULL, 0};
     if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
-    if (act8 == 2) { /* row by row: x's row to int16 blocks and exact sums, one GEMV */
-        int64_t n32 = k / 32;
-        x16_block *xq = malloc(n32 * sizeof(x16_block));
-        float *xs = malloc(n32 * sizeof(float));
+    if (act8 == 2) { /* x's rows to int16 blocks and exact sums, then one job over W */
+        int64_t n32 = k / 32, m4 = (m + 3) & ~(int64_t)3;
+        x16_block *xq = calloc(m4 * n32, sizeof(x16_block)); /* padding rows: zeros */
+        float *xs = calloc(m4 * n32, sizeof(float));
         if (!xq || !xs) {
             free(xq);
             free(xs);
@@ -1244,19 +1327,20 @@ int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, i
         }
         for (int64_t mi = 0; mi < m; mi++) {
             const float *xr = x + mi * ldx;
-            quantize_x16(xr, n32, xq);
+            quantize_x16(xr, n32, xq + mi * n32);
             for (int64_t b = 0; b < n32; b++) {
                 float s = 0.0f;
                 for (int i = 0; i < 32; i++) s += xr[b * 32 + i];
-                xs[b] = s;
+                xs[mi * n32 + b] = s;
             }
-            job_t r = j;
-            r.x = xr;
-            r.y = y + mi * ldy;
-            r.x16 = xq;
-            r.xs = xs;
-            pool_run(gemv_job, &r, chunks_for(n, nthreads), nthreads);
         }
+        j.x16 = xq;
+        j.xs = xs;
+        j.m4 = m4;
+        if (m == 1)
+            pool_run(gemv_job, &j, chunks_for(n, nthreads), nthreads);
+        else
+            pool_run(multi16_job, &j, chunks_for(n, nthreads), nthreads);
         free(xq);
         free(xs);
         return E_OK;
@@ -1303,7 +1387,7 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
     if (rc) return rc;
     if (ldo < k) return E_SHAPE;
     if (n == 0) return E_OK;
-    job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0, NULL, NULL};
+    job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0, NULL, NULL, 0};
     if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
     pool_run(deq_job, &j, chunks_for(n, nthreads), nthreads);
     return E_OK;

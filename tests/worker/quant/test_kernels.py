@@ -1,6 +1,6 @@
 """The quantized C kernels against a float64 reference (the ``gguf`` package's own dequantizer,
-then a matmul): every block type, the scalar and AVX2 paths, 1 and 2 threads, odd shapes and
-the bad inputs each check names."""
+then a matmul): every block type, the scalar, AVX2 and AVX-512 paths, float32 and int16
+activations, 1 and 2 threads, odd shapes and the bad inputs each check names."""
 
 from __future__ import annotations
 
@@ -43,10 +43,11 @@ def blocks_of(name: str, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.
     return b, gguf_dequantize(b, gtype(name)).astype(np.float64)
 
 
-def check_close(got: np.ndarray, x: np.ndarray, wref: np.ndarray) -> None:
-    """float32 accumulation error bound: a few ulps of sum |x| |w| per output."""
+def check_close(got: np.ndarray, x: np.ndarray, wref: np.ndarray, rel: float = 1e-5) -> None:
+    """Error bound: ``rel`` of sum |x| |w| per output (float32 accumulation: 1e-5; 16-bit
+    activations: 1e-4)."""
     ref = x.astype(np.float64) @ wref.T
-    bound = 1e-5 * (np.abs(x).astype(np.float64) @ np.abs(wref).T) + 1e-6
+    bound = rel * (np.abs(x).astype(np.float64) @ np.abs(wref).T) + 1e-6
     assert np.all(np.abs(got - ref) <= bound), float(np.max(np.abs(got - ref) - bound))
 
 
@@ -62,9 +63,11 @@ def test_matmul_matches_the_dequantized_reference(kern, name):
             x = rng.standard_normal((m, k)).astype(np.float32)
             for level in levels(kern):
                 for threads in (1, 2):
-                    out = torch.full((m, n), float("nan"))
-                    kern.matmul(qt, torch.from_numpy(x), wt, out, threads=threads, level=level)
-                    check_close(out.numpy(), x, wref)
+                    for act, rel in (("float32", 1e-5), ("int16", 1e-4)):
+                        out = torch.full((m, n), float("nan"))
+                        kern.matmul(qt, torch.from_numpy(x), wt, out, threads=threads,
+                                    level=level, activations=act)
+                        check_close(out.numpy(), x, wref, rel)
 
 
 @pytest.mark.parametrize("name", TYPES)
