@@ -39,9 +39,10 @@ QUANTIZATION_MODES = ("gguf", *QTYPES)
 """Values of ``EngineConfig.quantization`` (besides None: float weights)."""
 
 # M at or above which a call dequantizes the segment into a float32 scratch and runs torch's
-# sgemm on it (prefill); below, the kernel's own GEMV / tiled path. Measured in
-# scripts/bench_quant_gemv.py (docs/quantization.md).
-SGEMM_MIN_ROWS = 32
+# sgemm on it (prefill); below, the kernel's own paths. Measured with
+# scripts/bench_quant_gemv.py --small-m (docs/quantization.md): with int16 activations the
+# kernel is faster up to M=8 and even at 16 (Q4_1 539 vs 482 us, Q8_0 426 vs 517 us).
+SGEMM_MIN_ROWS = 16
 _INT8_TYPES = ("q8_0", "q4_0", "q4_1")
 
 
