@@ -4,7 +4,8 @@ process (the kernels suite's own step driver: ModelRunner.execute with greedy sa
 
     flock /tmp/bench.lock python scripts/bench_quant_decode.py FILE.gguf [gguf gguf:float32 ...]
 
-(``MODE:ACT`` names the activation precision, default int16.)
+(``MODE:ACT`` names the activation precision, default int16; env THREADS=1,2, BATCH=1,
+SPIN_US=200: the pool's spin before sleeping.)
 
 Prints the median step time per round and the best round's tokens/s; with ``weight GB/s``
 (bytes of every weight a step reads / step time), and the time of the linears alone (one pass
@@ -66,18 +67,23 @@ def linears_ms(model: torch.nn.Module, rounds: int = 20) -> float:
 
 def main() -> None:
     path, modes = sys.argv[1], [None, *(sys.argv[2:] or ["gguf"])]
+    batch = int(os.environ.get("BATCH", "1"))
+    if "SPIN_US" in os.environ:  # how long idle pool threads spin before sleeping
+        from aioengine.worker.quant import load_quant_kernel
+
+        load_quant_kernel().set_spin_ns(int(float(os.environ["SPIN_US"]) * 1000))
     per_seq = -(-(PROMPT + WARMUP + STEPS * ROUNDS + 2) // 16)
     for threads in [int(t) for t in os.environ.get("THREADS", "1,2").split(",")]:
         runs = {}
         for mode in modes:
             q, _, act = (mode or "").partition(":")
             cfg = EngineConfig(model=path, quantization=q or None, quant_activations=act or "int16",
-                               num_threads=threads, block_size=16, num_kv_blocks=per_seq,
-                               max_num_seqs=1)
+                               num_threads=threads, block_size=16,
+                               num_kv_blocks=per_seq * batch, max_num_seqs=batch)
             runner = ModelRunner(cfg)
-            runner.allocate_kv_cache(per_seq)
+            runner.allocate_kv_cache(per_seq * batch)
             runs[mode] = (_OurModel(runner, per_seq), weight_bytes(runner.model), runner.model)
-        prompt = [torch.randint(0, 1000, (PROMPT,)).tolist()]
+        prompt = torch.randint(0, 1000, (batch, PROMPT)).tolist()
         times: dict[str | None, list[float]] = {m: [] for m in modes}
         for _ in range(ROUNDS):
             for mode in modes:
@@ -89,7 +95,7 @@ def main() -> None:
             lin = linears_ms(runs[mode][2])
             print(f"threads={threads} {mode or 'float32':8s} linears only: {lin:.2f} ms, "
                   f"{runs[mode][1] / (lin / 1000) / 1e9:.1f} GB/s")
-            print(f"threads={threads} {mode or 'float32':8s} step ms (per round) "
+            print(f"batch={batch} threads={threads} {mode or 'float32':8s} step ms (per round) "
                   f"{' '.join(f'{t:.2f}' for t in times[mode])} best {best:.2f} = "
                   f"{1000 / best:.1f} tok/s, x{base / best:.2f} vs float32, weights "
                   f"{runs[mode][1] / 1e6:.0f} MB, {gbs:.1f} GB/s", flush=True)
