@@ -97,7 +97,7 @@ def main() -> None:
                   f"{runs[mode][1] / (lin / 1000) / 1e9:.1f} GB/s")
             print(f"batch={batch} threads={threads} {mode or 'float32':8s} step ms (per round) "
                   f"{' '.join(f'{t:.2f}' for t in times[mode])} best {best:.2f} = "
-                  f"{1000 / best:.1f} tok/s, x{base / best:.2f} vs float32, weights "
+                  f"{batch * 1000 / best:.1f} tok/s, x{base / best:.2f} vs float32, weights "
                   f"{runs[mode][1] / 1e6:.0f} MB, {gbs:.1f} GB/s", flush=True)
         del runs
 
