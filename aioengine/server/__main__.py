@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
+from aioengine.hub import served_model_name
 from aioengine.server.app import ServerSettings, create_app
 
 logger = logging.getLogger("aioengine.serve")
@@ -93,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--port", type=int, default=8000,
                       help="TCP port; 0 picks a free one, logged at start (default: 8000)")
     http.add_argument("--served-model-name", default=None,
-                      help="the name clients send as 'model' (default: --model)")
+                      help="the name clients send as 'model' (default: the model's short name: "
+                           "a built-in's name, a GGUF file's stem, a directory's name)")
     http.add_argument("--max-request-bytes", type=int, default=ServerSettings.max_request_bytes,
                       help="larger request bodies get 413 (default: %(default)s)")
     http.add_argument("--default-max-tokens", type=int, default=None,
@@ -148,7 +150,7 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
                     await web.SockSite(runner, sock).start()
                 logger.info("aioengine server listening on %s (model %r)",
                             " and ".join(listen_urls(runner.addresses)),
-                            settings.model_name or config.model)
+                            settings.model_name or served_model_name(config.model))
                 serving = True
                 await stop.wait()
             finally:

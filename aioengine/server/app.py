@@ -19,6 +19,7 @@ import msgspec
 from aiohttp import web
 
 from aioengine import EngineDeadError
+from aioengine.hub import served_model_name
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
@@ -31,7 +32,9 @@ class ServerSettings:
     """HTTP-side settings of ``create_app`` (the engine's are in ``EngineConfig``)."""
 
     model_name: str | None = None
-    """The name clients send as ``model``; defaults to the engine's ``config.model``."""
+    """The name clients send as ``model``; defaults to the model's short name (a built-in's
+    name, a GGUF file's stem, a directory's name: ``served_model_name``). Requests naming the
+    engine's ``config.model`` as given are accepted too."""
     max_request_bytes: int = 4 << 20
     """Bodies over this get a 413."""
     default_max_tokens: int | None = None
@@ -64,7 +67,7 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     config = client.config
-    model = settings.model_name or config.model
+    model = settings.model_name or served_model_name(config.model)
     max_model_len = client.max_model_len
     metrics = ServerMetrics(model)
     watcher = DisconnectWatcher(settings.disconnect_poll_interval)
@@ -115,7 +118,7 @@ class _Info:
 
     def _card(self) -> dict[str, Any]:
         return {"id": self._model, "object": "model", "created": self._created,
-                "owned_by": "aioengine", "root": self._client.config.model,
+                "owned_by": "aioengine", "root": self._model,
                 "max_model_len": self._max_model_len}
 
     async def models(self, request: web.Request) -> web.Response:
