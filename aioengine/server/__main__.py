@@ -29,6 +29,7 @@ from aiohttp import web
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
 from aioengine.hub import served_model_name
 from aioengine.server.app import ServerSettings, create_app
+from aioengine.server.auth import API_KEY_ENV, collect_keys
 
 logger = logging.getLogger("aioengine.serve")
 
@@ -104,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--grace-period", type=float, default=10.0,
                       help="seconds in-flight requests may run after SIGTERM/SIGINT before "
                            "they are aborted (default: %(default)s)")
+    http.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                      help="require 'Authorization: Bearer KEY' on every route but /health and "
+                           "/metrics (repeatable: any of the keys is accepted; also "
+                           f"${API_KEY_ENV}); keys never appear in logs")
+    http.add_argument("--api-key-file", default=None, metavar="PATH",
+                      help="API keys, one per line ('#' comments), in addition to --api-key")
+    http.add_argument("--protect-health-and-metrics", action="store_true",
+                      help="with API keys: /health and /metrics need a key too (default: open)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     EngineConfig.add_cli_args(parser)
@@ -179,7 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = ServerSettings(model_name=args.served_model_name,
                                   max_request_bytes=args.max_request_bytes,
                                   default_max_tokens=args.default_max_tokens,
-                                  shutdown_grace_period=args.grace_period)
+                                  shutdown_grace_period=args.grace_period,
+                                  api_keys=collect_keys(args.api_key, args.api_key_file),
+                                  protect_health_and_metrics=args.protect_health_and_metrics)
     except ValueError as e:
         parser.error(str(e))
     if not 0 <= args.port <= 65535:

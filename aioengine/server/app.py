@@ -20,6 +20,7 @@ from aiohttp import web
 
 from aioengine import EngineDeadError
 from aioengine.hub import served_model_name
+from aioengine.server.auth import api_key_middleware
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
@@ -43,6 +44,12 @@ class ServerSettings:
     """Seconds ``/health`` and ``/metrics`` wait for the engine to answer."""
     disconnect_poll_interval: float = 0.2
     """Seconds between checks for HTTP clients that went away (their requests are aborted)."""
+    api_keys: tuple[str, ...] = ()
+    """When any: every route but ``/health`` and ``/metrics`` needs ``Authorization: Bearer``
+    with one of these keys (401 otherwise)."""
+    protect_health_and_metrics: bool = False
+    """With ``api_keys``: ``/health`` and ``/metrics`` need a key too (by default they are open
+    for probes and scrapers)."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
@@ -57,6 +64,10 @@ class ServerSettings:
         for name in ("health_timeout", "disconnect_poll_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if any(not isinstance(k, str) or not k for k in self.api_keys):
+            raise ValueError("api_keys must be non-empty strings")
+        if self.protect_health_and_metrics and not self.api_keys:
+            raise ValueError("protect_health_and_metrics needs api_keys")
         if not self.shutdown_grace_period >= 0:
             raise ValueError(
                 f"shutdown_grace_period must be >= 0, got {self.shutdown_grace_period!r}")
@@ -83,8 +94,11 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
         watcher=watcher, token_text=token_text, tokenizer=tokenizer)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
-    app = web.Application(middlewares=[error_middleware],
-                          client_max_size=settings.max_request_bytes)
+    middlewares = [error_middleware]
+    if settings.api_keys:
+        middlewares.append(api_key_middleware(settings.api_keys,
+                                              settings.protect_health_and_metrics))
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_request_bytes)
     app.router.add_post("/v1/chat/completions", gen.chat)
     app.router.add_post("/v1/completions", gen.completions)
     app.router.add_get("/v1/models", info.models)
