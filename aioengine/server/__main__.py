@@ -20,6 +20,7 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -79,9 +80,9 @@ def bind_listeners(host: str, port: int) -> list[socket.socket]:
     return socks
 
 
-def listen_urls(addresses: Sequence[tuple[Any, ...]]) -> list[str]:
-    """``http://`` URLs of bound socket addresses (IPv6 hosts in brackets)."""
-    return [f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}"
+def listen_urls(addresses: Sequence[tuple[Any, ...]], scheme: str = "http") -> list[str]:
+    """URLs of bound socket addresses (IPv6 hosts in brackets)."""
+    return [f"{scheme}://[{a[0]}]:{a[1]}" if ":" in a[0] else f"{scheme}://{a[0]}:{a[1]}"
             for a in addresses]
 
 
@@ -113,14 +114,43 @@ def build_parser() -> argparse.ArgumentParser:
                       help="API keys, one per line ('#' comments), in addition to --api-key")
     http.add_argument("--protect-health-and-metrics", action="store_true",
                       help="with API keys: /health and /metrics need a key too (default: open)")
+    http.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
+                      help="browser origins allowed to call the API cross-origin (CORS), e.g. "
+                           "https://app.example; '*' for any (default: none, CORS off)")
+    http.add_argument("--allowed-methods", nargs="+", default=["*"], metavar="METHOD",
+                      help="with --allowed-origins: methods a preflight allows (default: *)")
+    http.add_argument("--allowed-headers", nargs="+", default=["*"], metavar="HEADER",
+                      help="with --allowed-origins: request headers allowed (default: *)")
+    http.add_argument("--allow-credentials", action="store_true",
+                      help="with --allowed-origins: allow cookies/HTTP auth cross-origin")
+    http.add_argument("--ssl-certfile", default=None, metavar="PATH",
+                      help="serve HTTPS with this certificate chain (PEM); needs --ssl-keyfile")
+    http.add_argument("--ssl-keyfile", default=None, metavar="PATH",
+                      help="the private key of --ssl-certfile (PEM)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     EngineConfig.add_cli_args(parser)
     return parser
 
 
+def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    """A server-side TLS context (Python's secure defaults), or None for plain HTTP;
+    ValueError naming the file for a missing or unusable certificate or key."""
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        raise ValueError("--ssl-certfile and --ssl-keyfile go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the TLS certificate {certfile!r} with key {keyfile!r}: "
+                         f"{e}") from e
+    return context
+
+
 async def serve(config: EngineConfig, settings: ServerSettings, socks: list[socket.socket],
-                grace_period: float) -> None:
+                grace_period: float, ssl_context: ssl.SSLContext | None = None) -> None:
     """Start the engine, then serve HTTP on ``socks`` (from ``bind_listeners``) until a
     signal; the sockets are closed on every way out."""
     loop = asyncio.get_running_loop()
@@ -156,9 +186,10 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
             await runner.setup()
             try:
                 for sock in socks:
-                    await web.SockSite(runner, sock).start()
+                    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
                 logger.info("aioengine server listening on %s (model %r)",
-                            " and ".join(listen_urls(runner.addresses)),
+                            " and ".join(listen_urls(runner.addresses,
+                                                     "https" if ssl_context else "http")),
                             settings.model_name or served_model_name(config.model))
                 serving = True
                 await stop.wait()
@@ -190,7 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   default_max_tokens=args.default_max_tokens,
                                   shutdown_grace_period=args.grace_period,
                                   api_keys=collect_keys(args.api_key, args.api_key_file),
-                                  protect_health_and_metrics=args.protect_health_and_metrics)
+                                  protect_health_and_metrics=args.protect_health_and_metrics,
+                                  allowed_origins=tuple(args.allowed_origins),
+                                  allowed_methods=tuple(args.allowed_methods),
+                                  allowed_headers=tuple(args.allowed_headers),
+                                  allow_credentials=args.allow_credentials)
+        ssl_context = tls_context(args.ssl_certfile, args.ssl_keyfile)
     except ValueError as e:
         parser.error(str(e))
     if not 0 <= args.port <= 65535:
@@ -203,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.error("%s", e)
         return 1
     try:
-        asyncio.run(serve(config, settings, socks, args.grace_period))
+        asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context))
     except StoppedBySignal as e:
         return 128 + e.signum
     except (EngineStartupError, OSError) as e:  # OSError: e.g. an unwritable model cache

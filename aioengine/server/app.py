@@ -21,6 +21,7 @@ from aiohttp import web
 from aioengine import EngineDeadError
 from aioengine.hub import served_model_name
 from aioengine.server.auth import api_key_middleware
+from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
@@ -50,6 +51,15 @@ class ServerSettings:
     protect_health_and_metrics: bool = False
     """With ``api_keys``: ``/health`` and ``/metrics`` need a key too (by default they are open
     for probes and scrapers)."""
+    allowed_origins: tuple[str, ...] = ()
+    """Browser origins (``https://app.example``; ``*``: any) allowed to call the API across
+    origins (CORS); none: browsers get no CORS headers and refuse cross-origin calls."""
+    allowed_methods: tuple[str, ...] = ("*",)
+    """With ``allowed_origins``: the methods a preflight allows."""
+    allowed_headers: tuple[str, ...] = ("*",)
+    """With ``allowed_origins``: the request headers a preflight allows."""
+    allow_credentials: bool = False
+    """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
@@ -105,6 +115,9 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     app.router.add_get("/v1/models/{model}", info.model)
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
+    if settings.allowed_origins:
+        enable_cors(app, settings.allowed_origins, settings.allowed_methods,
+                    settings.allowed_headers, settings.allow_credentials)
 
     async def drain(_: web.Application) -> None:
         # on_shutdown runs before aiohttp waits on (and then cuts) the handlers in flight.
