@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import socket
@@ -31,6 +32,7 @@ from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
 from aioengine.hub import served_model_name
 from aioengine.server.app import ServerSettings, create_app
 from aioengine.server.auth import API_KEY_ENV, collect_keys
+from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
 
 logger = logging.getLogger("aioengine.serve")
 
@@ -114,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="API keys, one per line ('#' comments), in addition to --api-key")
     http.add_argument("--protect-health-and-metrics", action="store_true",
                       help="with API keys: /health and /metrics need a key too (default: open)")
+    http.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
+                      help="host names the Host header may name (DNS-rebinding guard; '*': "
+                           "any). Default: localhost, 127.0.0.1 and ::1 when bound to "
+                           "loopback only, else any")
     http.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
                       help="browser origins allowed to call the API cross-origin (CORS), e.g. "
                            "https://app.example; '*' for any (default: none, CORS off)")
@@ -238,6 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BindError as e:
         logger.error("%s", e)
         return 1
+    if args.allowed_hosts is not None:
+        settings = dataclasses.replace(settings, allowed_hosts=tuple(args.allowed_hosts))
+    elif all_loopback(socks):
+        settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_HOSTS)
     try:
         asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context))
     except StoppedBySignal as e:

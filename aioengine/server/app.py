@@ -25,6 +25,7 @@ from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
+from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
 from aioengine.server.responses import TOKEN_CACHE
 
@@ -51,6 +52,10 @@ class ServerSettings:
     protect_health_and_metrics: bool = False
     """With ``api_keys``: ``/health`` and ``/metrics`` need a key too (by default they are open
     for probes and scrapers)."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """Host names (without port; ``*``: any) the ``Host`` header may name, else 400: a guard
+    against DNS rebinding. None: no check (``python -m aioengine.serve`` bound to loopback
+    only sets ``localhost``, ``127.0.0.1`` and ``::1``)."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins (``https://app.example``; ``*``: any) allowed to call the API across
     origins (CORS); none: browsers get no CORS headers and refuse cross-origin calls."""
@@ -105,6 +110,8 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
     middlewares = [error_middleware]
+    if settings.allowed_hosts is not None:
+        middlewares.append(allowed_hosts_middleware(settings.allowed_hosts))
     if settings.api_keys:
         middlewares.append(api_key_middleware(settings.api_keys,
                                               settings.protect_health_and_metrics))

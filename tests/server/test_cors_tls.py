@@ -96,3 +96,39 @@ def test_tls_settings_are_checked(certificate, tmp_path):
     (tmp_path / "bad.pem").write_text("not a key")
     with pytest.raises(ValueError, match="cannot load the TLS certificate"):
         tls_context(cert, str(tmp_path / "bad.pem"))
+
+
+async def test_host_header_outside_the_allowed_hosts_is_400(engine):
+    srv = await _server(engine, allowed_hosts=("localhost", "127.0.0.1", "::1"))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(srv.make_url("/v1/models")) as r:
+                assert r.status == 200
+            async with s.get(srv.make_url("/v1/models"), headers={"Host": "LOCALHOST:1"}) as r:
+                assert r.status == 200
+            for host in ("attacker.example", "attacker.example:8000", "127.0.0.2"):
+                async with s.get(srv.make_url("/health"), headers={"Host": host}) as r:
+                    assert r.status == 400, host
+                    err = (await r.json())["error"]
+                    assert err["code"] == "invalid_host" and "allowed hosts" in err["message"]
+    finally:
+        await srv.close()
+
+
+def test_a_loopback_server_refuses_rebound_host_names():
+    def status(url: str, host: str) -> int:
+        req = urllib.request.Request(url + "/health", headers={"Host": host})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    with ServerProcess() as server:  # bound to 127.0.0.1
+        assert status(server.url, "attacker.example") == 400
+        assert status(server.url, "localhost:8000") == 200
+        assert server.terminate() == 0
+    with ServerProcess("--allowed-hosts", "llm.internal") as server:
+        assert status(server.url, "llm.internal") == 200
+        assert status(server.url, "localhost") == 400
+        assert server.terminate() == 0
