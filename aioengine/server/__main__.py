@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +29,10 @@ from typing import Any
 from aiohttp import web
 
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
+from aioengine.hub import served_model_name
 from aioengine.server.app import ServerSettings, create_app
+from aioengine.server.auth import API_KEY_ENV, collect_keys
+from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
 
 logger = logging.getLogger("aioengine.serve")
 
@@ -77,9 +82,9 @@ def bind_listeners(host: str, port: int) -> list[socket.socket]:
     return socks
 
 
-def listen_urls(addresses: Sequence[tuple[Any, ...]]) -> list[str]:
-    """``http://`` URLs of bound socket addresses (IPv6 hosts in brackets)."""
-    return [f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}"
+def listen_urls(addresses: Sequence[tuple[Any, ...]], scheme: str = "http") -> list[str]:
+    """URLs of bound socket addresses (IPv6 hosts in brackets)."""
+    return [f"{scheme}://[{a[0]}]:{a[1]}" if ":" in a[0] else f"{scheme}://{a[0]}:{a[1]}"
             for a in addresses]
 
 
@@ -93,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--port", type=int, default=8000,
                       help="TCP port; 0 picks a free one, logged at start (default: 8000)")
     http.add_argument("--served-model-name", default=None,
-                      help="the name clients send as 'model' (default: --model)")
+                      help="the name clients send as 'model' (default: the model's short name: "
+                           "a built-in's name, a GGUF file's stem, a directory's name)")
     http.add_argument("--max-request-bytes", type=int, default=ServerSettings.max_request_bytes,
                       help="larger request bodies get 413 (default: %(default)s)")
     http.add_argument("--default-max-tokens", type=int, default=None,
@@ -102,14 +108,55 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--grace-period", type=float, default=10.0,
                       help="seconds in-flight requests may run after SIGTERM/SIGINT before "
                            "they are aborted (default: %(default)s)")
+    http.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                      help="require 'Authorization: Bearer KEY' on every route but /health and "
+                           "/metrics (repeatable: any of the keys is accepted; also "
+                           f"${API_KEY_ENV}); keys never appear in logs")
+    http.add_argument("--api-key-file", default=None, metavar="PATH",
+                      help="API keys, one per line ('#' comments), in addition to --api-key")
+    http.add_argument("--protect-health-and-metrics", action="store_true",
+                      help="with API keys: /health and /metrics need a key too (default: open)")
+    http.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
+                      help="host names the Host header may name (DNS-rebinding guard; '*': "
+                           "any). Default: localhost, 127.0.0.1 and ::1 when bound to "
+                           "loopback only, else any")
+    http.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
+                      help="browser origins allowed to call the API cross-origin (CORS), e.g. "
+                           "https://app.example; '*' for any (default: none, CORS off)")
+    http.add_argument("--allowed-methods", nargs="+", default=["*"], metavar="METHOD",
+                      help="with --allowed-origins: methods a preflight allows (default: *)")
+    http.add_argument("--allowed-headers", nargs="+", default=["*"], metavar="HEADER",
+                      help="with --allowed-origins: request headers allowed (default: *)")
+    http.add_argument("--allow-credentials", action="store_true",
+                      help="with --allowed-origins: allow cookies/HTTP auth cross-origin")
+    http.add_argument("--ssl-certfile", default=None, metavar="PATH",
+                      help="serve HTTPS with this certificate chain (PEM); needs --ssl-keyfile")
+    http.add_argument("--ssl-keyfile", default=None, metavar="PATH",
+                      help="the private key of --ssl-certfile (PEM)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     EngineConfig.add_cli_args(parser)
     return parser
 
 
+def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    """A server-side TLS context (Python's secure defaults), or None for plain HTTP;
+    ValueError naming the file for a missing or unusable certificate or key."""
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        raise ValueError("--ssl-certfile and --ssl-keyfile go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the TLS certificate {certfile!r} with key {keyfile!r}: "
+                         f"{e}") from e
+    return context
+
+
 async def serve(config: EngineConfig, settings: ServerSettings, socks: list[socket.socket],
-                grace_period: float) -> None:
+                grace_period: float, ssl_context: ssl.SSLContext | None = None) -> None:
     """Start the engine, then serve HTTP on ``socks`` (from ``bind_listeners``) until a
     signal; the sockets are closed on every way out."""
     loop = asyncio.get_running_loop()
@@ -145,10 +192,11 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
             await runner.setup()
             try:
                 for sock in socks:
-                    await web.SockSite(runner, sock).start()
+                    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
                 logger.info("aioengine server listening on %s (model %r)",
-                            " and ".join(listen_urls(runner.addresses)),
-                            settings.model_name or config.model)
+                            " and ".join(listen_urls(runner.addresses,
+                                                     "https" if ssl_context else "http")),
+                            settings.model_name or served_model_name(config.model))
                 serving = True
                 await stop.wait()
             finally:
@@ -177,7 +225,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = ServerSettings(model_name=args.served_model_name,
                                   max_request_bytes=args.max_request_bytes,
                                   default_max_tokens=args.default_max_tokens,
-                                  shutdown_grace_period=args.grace_period)
+                                  shutdown_grace_period=args.grace_period,
+                                  api_keys=collect_keys(args.api_key, args.api_key_file),
+                                  protect_health_and_metrics=args.protect_health_and_metrics,
+                                  allowed_origins=tuple(args.allowed_origins),
+                                  allowed_methods=tuple(args.allowed_methods),
+                                  allowed_headers=tuple(args.allowed_headers),
+                                  allow_credentials=args.allow_credentials)
+        ssl_context = tls_context(args.ssl_certfile, args.ssl_keyfile)
     except ValueError as e:
         parser.error(str(e))
     if not 0 <= args.port <= 65535:
@@ -189,8 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BindError as e:
         logger.error("%s", e)
         return 1
+    if args.allowed_hosts is not None:
+        settings = dataclasses.replace(settings, allowed_hosts=tuple(args.allowed_hosts))
+    elif all_loopback(socks):
+        settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_HOSTS)
     try:
-        asyncio.run(serve(config, settings, socks, args.grace_period))
+        asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context))
     except StoppedBySignal as e:
         return 128 + e.signum
     except (EngineStartupError, OSError) as e:  # OSError: e.g. an unwritable model cache

@@ -34,9 +34,12 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 def _check_media_type(request: web.Request) -> None:
-    """JSON, or no Content-Type at all; anything else declared (a form, text, bytes) is 415."""
+    """JSON only; anything else (a form, text, bytes, or no Content-Type at all) is 415. A body
+    without a Content-Type is what a web page's ``no-cors`` fetch can send to a server on the
+    user's loopback without a CORS preflight: accepting it let any page start generations."""
     if "Content-Type" not in request.headers:
-        return
+        raise ApiError(415, "Content-Type must be application/json, got none (curl: add -H "
+                       "'Content-Type: application/json')", code="unsupported_media_type")
     media = request.content_type  # lower-cased, without parameters such as charset
     if media == "application/json" or (media.startswith("application/")
                                         and media.endswith("+json")):
@@ -52,6 +55,9 @@ def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         return decoder.decode(body)
     except msgspec.DecodeError as e:
         raise from_decode_error(e) from e
+    except UnicodeDecodeError as e:  # msgspec raises this, not DecodeError, inside a string
+        raise ApiError(400, f"request body is not valid UTF-8: byte 0x{body[e.start]:02x} at "
+                       f"offset {e.start}", code="invalid_json") from e
 
 
 def _too_large(size: str, limit: int) -> ApiError:

@@ -15,7 +15,8 @@ from aiohttp import web
 
 logger = logging.getLogger(__name__)
 
-_TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
+_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error",
+          405: "invalid_request_error",
           413: "invalid_request_error", 415: "invalid_request_error", 500: "internal_server_error",
           503: "service_unavailable_error"}
 
@@ -24,8 +25,10 @@ class ApiError(Exception):
     """A request the server refuses; ``status`` is the HTTP status, ``param`` the field."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, type_: str | None = None) -> None:
+                 code: str | None = None, type_: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.status = status
         self.message = message
         self.param = param
@@ -38,7 +41,7 @@ class ApiError(Exception):
 
     def response(self) -> web.Response:
         return web.Response(status=self.status, body=msgspec.json.encode(self.body()),
-                            content_type="application/json")
+                            content_type="application/json", headers=self.headers)
 
 
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")

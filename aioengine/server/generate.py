@@ -132,7 +132,7 @@ class GenerateHandlers:
                                params.logprobs is not None)
 
     def _check_model(self, model: str | None) -> None:
-        if model is not None and model != self._model:
+        if model is not None and model not in (self._model, self._client.config.model):
             raise ApiError(404, f"model {model!r} does not exist; this server serves "
                            f"{self._model!r} (GET /v1/models)", param="model",
                            code="model_not_found")

@@ -156,10 +156,39 @@ async def test_a_body_declared_as_not_json_is_415(server, content_type, fragment
         assert "Content-Type must be application/json" in err["message"]
 
 
-@pytest.mark.parametrize("headers", [{}, {"Content-Type": "application/json; charset=utf-8"},
+async def test_a_body_without_content_type_is_415(server):
+    """What a web page's no-cors fetch of a Blob sends: refused, so no page can start
+    generations on a loopback server without a CORS preflight."""
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    async with aiohttp.ClientSession(skip_auto_headers=["Content-Type"]) as s, \
+            s.post(server.make_url("/v1/completions"), data=body) as resp:
+        assert resp.status == 415, await resp.text()
+        err = (await resp.json())["error"]
+        assert err["message"].startswith("Content-Type must be application/json, got none")
+
+
+@pytest.mark.parametrize("body", [b'{"prompt": "\xff\xfe", "max_tokens": 2}',
+                                  b'{"messages": [{"role": "user", "content": "a\xc3"}]}'],
+                         ids=["completion", "chat-truncated-sequence"])
+async def test_invalid_utf8_in_a_string_is_400(server, engine, body):
+    path = "/v1/chat/completions" if b"messages" in body else "/v1/completions"
+    async with aiohttp.ClientSession() as s, \
+            s.post(server.make_url(path), data=body,
+                   headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 400, await resp.text()
+        err = (await resp.json())["error"]
+        assert err["code"] == "invalid_json" and "not valid UTF-8: byte 0x" in err["message"]
+    async with aiohttp.ClientSession() as s, \
+            s.post(server.make_url("/v1/completions"), json={"prompt": "hi", "max_tokens": 2}) \
+            as resp:
+        assert resp.status == 200  # and the server goes on serving
+
+
+@pytest.mark.parametrize("headers", [{"Content-Type": "application/json"},
+                                     {"Content-Type": "application/json; charset=utf-8"},
                                      {"Content-Type": "application/merge-patch+json"}],
-                         ids=["none", "charset", "suffix"])
-async def test_json_or_no_content_type_is_accepted(server, headers):
+                         ids=["plain", "charset", "suffix"])
+async def test_json_content_types_are_accepted(server, headers):
     body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
     async with aiohttp.ClientSession(skip_auto_headers=["Content-Type"]) as s, \
             s.post(server.make_url("/v1/completions"), data=body, headers=headers) as resp:
