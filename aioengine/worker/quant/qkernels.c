@@ -307,7 +307,7 @@ AVX2 static inline __m256 nib_dot32(const uint8_t *qs, const float *x) {
 AVX2 static float dot_avx2(int t, const uint8_t *w, int64_t nb, const float *x,
                            const float *xs) {
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
-    float tail = 0.0f;
+    float tail = 0.0f, tail2 = 0.0f;
     switch (t) {
     case T_Q8_0:
         for (int64_t b = 0; b < nb; b++) {
@@ -331,22 +331,26 @@ AVX2 static float dot_avx2(int t, const uint8_t *w, int64_t nb, const float *x,
             const uint8_t *p = w + b * 18;
             __m256 s = nib_dot32(p + 2, x + b * 32);
             float d = h2f_avx(p);
-            tail -= 8.0f * d * xs[b];
-            if (b & 1)
+            if (b & 1) { /* two chains of each sum, so no add waits on the previous one */
                 acc2 = _mm256_fmadd_ps(s, _mm256_set1_ps(d), acc2);
-            else
+                tail2 -= 8.0f * d * xs[b];
+            } else {
                 acc = _mm256_fmadd_ps(s, _mm256_set1_ps(d), acc);
+                tail -= 8.0f * d * xs[b];
+            }
         }
         break;
     case T_Q4_1:
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *p = w + b * 20;
             __m256 s = nib_dot32(p + 4, x + b * 32);
-            tail += h2f_avx(p + 2) * xs[b];
-            if (b & 1)
+            if (b & 1) {
                 acc2 = _mm256_fmadd_ps(s, _mm256_set1_ps(h2f_avx(p)), acc2);
-            else
+                tail2 += h2f_avx(p + 2) * xs[b];
+            } else {
                 acc = _mm256_fmadd_ps(s, _mm256_set1_ps(h2f_avx(p)), acc);
+                tail += h2f_avx(p + 2) * xs[b];
+            }
         }
         break;
     case T_Q4_K:
@@ -429,7 +433,7 @@ AVX2 static float dot_avx2(int t, const uint8_t *w, int64_t nb, const float *x,
         }
         break;
     }
-    return hsum8(_mm256_add_ps(acc, acc2)) + tail;
+    return hsum8(_mm256_add_ps(acc, acc2)) + (tail + tail2);
 }
 
 /* Dequantize with AVX2: only the common 32-blocks are vectorized; K-quants reuse the scalar
@@ -815,6 +819,30 @@ AVX2 static inline __m256i madd16(__m128i bytes, __m256i off, const int16_t *x) 
     return _mm256_madd_epi16(wv, _mm256_loadu_si256((const __m256i *)x));
 }
 
+/* Q8_0 with int16 activations, two blocks per iteration into independent accumulators */
+AVX2 static float q8_i16_avx2(const uint8_t *w, int64_t nb, const x16_block *xq) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+#define Q8BLK(bb, ACC)                                                                        \
+    {                                                                                         \
+        const uint8_t *p = w + (bb) * 34;                                                     \
+        __m256i s = _mm256_add_epi32(                                                         \
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2))), \
+                              _mm256_loadu_si256((const __m256i *)xq[bb].q)),                 \
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18))), \
+                              _mm256_loadu_si256((const __m256i *)(xq[bb].q + 16))));         \
+        ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f_avx(p) * xq[bb].d),   \
+                              ACC);                                                           \
+    }
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+        Q8BLK(b, acc0)
+        Q8BLK(b + 1, acc1)
+    }
+    if (b < nb) Q8BLK(b, acc0)
+#undef Q8BLK
+    return hsum8(_mm256_add_ps(acc0, acc1));
+}
+
 /* Q4_0 / Q4_1 with int16 activations, two blocks per iteration into independent accumulators
  * (the block offsets' scalar sums too: one chain of float adds per block was the bottleneck) */
 AVX2 static inline __attribute__((always_inline)) float q4_i16_avx2(
@@ -853,20 +881,7 @@ AVX2 static float dot_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_bl
     float tail = 0.0f;
     switch (t) {
     case T_Q8_0:
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *p = w + b * 34;
-            __m256i s = _mm256_add_epi32(
-                _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2))),
-                                  _mm256_loadu_si256((const __m256i *)xq[b].q)),
-                _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18))),
-                                  _mm256_loadu_si256((const __m256i *)(xq[b].q + 16))));
-            __m256 f = _mm256_cvtepi32_ps(s);
-            if (b & 1)
-                acc2 = _mm256_fmadd_ps(f, _mm256_set1_ps(h2f_avx(p) * xq[b].d), acc2);
-            else
-                acc = _mm256_fmadd_ps(f, _mm256_set1_ps(h2f_avx(p) * xq[b].d), acc);
-        }
-        break;
+        return q8_i16_avx2(w, nb, xq);
     case T_Q4_0:
         return q4_i16_avx2(w, nb, xq, xs, 0);
     case T_Q4_1:
