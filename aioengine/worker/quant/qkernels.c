@@ -847,7 +847,7 @@ AVX2 static float q8_i16_avx2(const uint8_t *w, int64_t nb, const x16_block *xq)
  * (the block offsets' scalar sums too: one chain of float adds per block was the bottleneck) */
 AVX2 static inline __attribute__((always_inline)) float q4_i16_avx2(
     const uint8_t *w, int64_t nb, const x16_block *xq, const float *xs, const int q41) {
-    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i m4w = _mm256_set1_epi16(0x0F);
     const __m256i off = q41 ? _mm256_setzero_si256() : _mm256_set1_epi16(8);
     const int bytes = q41 ? 20 : 18, qoff = q41 ? 4 : 2;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
@@ -855,10 +855,13 @@ AVX2 static inline __attribute__((always_inline)) float q4_i16_avx2(
 #define Q4BLK(bb, ACC, T)                                                                     \
     {                                                                                         \
         const uint8_t *p = w + (bb) * bytes;                                                  \
-        __m128i q = _mm_loadu_si128((const __m128i *)(p + qoff));                             \
+        /* bytes to 16-bit lanes once; the low nibble by a mask, the high one by a shift */   \
+        __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(p + qoff)));      \
         __m256i s = _mm256_add_epi32(                                                         \
-            madd16(_mm_and_si128(q, m4), off, xq[bb].q),                                      \
-            madd16(_mm_and_si128(_mm_srli_epi16(q, 4), m4), off, xq[bb].q + 16));             \
+            _mm256_madd_epi16(_mm256_sub_epi16(_mm256_and_si256(q, m4w), off),                \
+                              _mm256_loadu_si256((const __m256i *)xq[bb].q)),                 \
+            _mm256_madd_epi16(_mm256_sub_epi16(_mm256_srli_epi16(q, 4), off),                 \
+                              _mm256_loadu_si256((const __m256i *)(xq[bb].q + 16))));         \
         ACC = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f_avx(p) * xq[bb].d),   \
                               ACC);                                                           \
         if (q41) T += h2f_avx(p + 2) * xs[bb];                                                \
@@ -877,7 +880,6 @@ AVX2 static float dot_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_bl
                                const float *xs) {
     __m256 acc = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps();
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    const __m256i zero = _mm256_setzero_si256();
     float tail = 0.0f;
     switch (t) {
     case T_Q8_0:
@@ -896,13 +898,15 @@ AVX2 static float dot_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_bl
                 k4_scale_min(2 * pr, sc, &s1, &m1);
                 k4_scale_min(2 * pr + 1, sc, &s2, &m2);
                 const x16_block *a = &xq[b * 8 + 2 * pr], *c = a + 1;
-                __m128i q0 = _mm_loadu_si128((const __m128i *)qs);
-                __m128i q1 = _mm_loadu_si128((const __m128i *)(qs + 16));
-                __m256i sa = _mm256_add_epi32(madd16(_mm_and_si128(q0, m4), zero, a->q),
-                                              madd16(_mm_and_si128(q1, m4), zero, a->q + 16));
-                __m256i sb = _mm256_add_epi32(
-                    madd16(_mm_and_si128(_mm_srli_epi16(q0, 4), m4), zero, c->q),
-                    madd16(_mm_and_si128(_mm_srli_epi16(q1, 4), m4), zero, c->q + 16));
+                const __m256i m4w = _mm256_set1_epi16(0x0F);
+                __m256i q0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qs));
+                __m256i q1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(qs + 16)));
+#define MADDX(v, ptr) _mm256_madd_epi16((v), _mm256_loadu_si256((const __m256i *)(ptr)))
+                __m256i sa = _mm256_add_epi32(MADDX(_mm256_and_si256(q0, m4w), a->q),
+                                              MADDX(_mm256_and_si256(q1, m4w), a->q + 16));
+                __m256i sb = _mm256_add_epi32(MADDX(_mm256_srli_epi16(q0, 4), c->q),
+                                              MADDX(_mm256_srli_epi16(q1, 4), c->q + 16));
+#undef MADDX
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_set1_ps(d * s1 * a->d), acc);
                 acc2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sb), _mm256_set1_ps(d * s2 * c->d),
                                        acc2);
@@ -966,7 +970,6 @@ AVX2 static void dot4_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_bl
                                const float *xs, int64_t n32, float *out) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     float tail[4] = {0, 0, 0, 0};
-    const __m128i m4 = _mm_set1_epi8(0x0F);
     const int q41 = t == T_Q4_1, q80 = t == T_Q8_0;
     const int bytes = q80 ? 34 : q41 ? 20 : 18;
     const __m256i off = (q41 || q80) ? _mm256_setzero_si256() : _mm256_set1_epi16(8);
@@ -977,10 +980,10 @@ AVX2 static void dot4_i16_avx2(int t, const uint8_t *w, int64_t nb, const x16_bl
             w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2)));
             w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18)));
         } else {
-            __m128i q = _mm_loadu_si128((const __m128i *)(p + (q41 ? 4 : 2)));
-            w0 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(q, m4)), off);
-            w1 = _mm256_sub_epi16(
-                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(q, 4), m4)), off);
+            __m256i q = _mm256_cvtepu8_epi16(
+                _mm_loadu_si128((const __m128i *)(p + (q41 ? 4 : 2))));
+            w0 = _mm256_sub_epi16(_mm256_and_si256(q, _mm256_set1_epi16(0x0F)), off);
+            w1 = _mm256_sub_epi16(_mm256_srli_epi16(q, 4), off);
         }
         float dw = h2f_avx(p);
 #define ROW(i, acc)                                                                           \
