@@ -34,7 +34,7 @@ from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
 from aioengine.client.request_stream import RequestStream
-from aioengine.client.tokenizer import Tokenizer
+from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import (
     AbortRequests,
@@ -47,6 +47,23 @@ from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 from transports.errors import TransportError
+
+# Longer texts are templated and tokenized in a worker thread: a 3.9 MB chat message took 5-9 s
+# of tokenizer time, and on the event loop it stalled every other stream of the host (and a
+# server's /health) for that long. Shorter ones stay on the loop (well under a millisecond;
+# the thread hand-off would cost more than it saves).
+INLINE_TEXT_CHARS = LONG_TEXT_CHARS
+
+
+def _text_size(messages: Sequence[ChatMessage]) -> int:
+    size = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            size += len(content)
+        elif isinstance(content, list):
+            size += sum(len(str(part)) for part in content)
+    return size
 
 
 class AsyncMPClient:
@@ -226,7 +243,10 @@ class AsyncMPClient:
                        ) -> AsyncIterator[RequestOutput]:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
-        ids, params = self.prepare(prompt, params)
+        if isinstance(prompt, str) and len(prompt) > INLINE_TEXT_CHARS:
+            ids, params = await asyncio.to_thread(self.prepare, prompt, params)
+        else:
+            ids, params = self.prepare(prompt, params)
         # aclosing: closing this generator closes the inner one now (its cleanup aborts the
         # request), not whenever the loop's async-generator finalizer gets to it.
         async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
@@ -238,7 +258,11 @@ class AsyncMPClient:
                    *, request_id: str | None = None, priority: int = 0,
                    **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
-        ids, params = self.prepare_chat(messages, params, **template_kwargs)
+        if _text_size(messages) > INLINE_TEXT_CHARS:
+            ids, params = await asyncio.to_thread(self.prepare_chat, messages, params,
+                                                  **template_kwargs)
+        else:
+            ids, params = self.prepare_chat(messages, params, **template_kwargs)
         async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
