@@ -23,7 +23,7 @@ from aioengine.hub import served_model_name
 from aioengine.server.auth import api_key_middleware
 from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
-from aioengine.server.errors import ApiError, engine_dead, error_middleware
+from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
 from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
@@ -109,7 +109,7 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
         watcher=watcher, token_text=token_text, tokenizer=tokenizer)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
-    middlewares = [error_middleware]
+    middlewares = [error_middleware(RefusalLog())]
     if settings.allowed_hosts is not None:
         middlewares.append(allowed_hosts_middleware(settings.allowed_hosts))
     if settings.api_keys:
