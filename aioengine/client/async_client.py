@@ -174,6 +174,13 @@ class AsyncMPClient:
         """True once the engine died or the client was shut down."""
         return self._death.error is not None
 
+    async def wait_dead(self) -> EngineDeadError:
+        """Return once the engine is declared dead (a child died, its channel closed, it
+        failed), with the cause; never returns while it lives (cancel the wait instead). It
+        also returns once the client is shut down (``is_dead`` is True then too)."""
+        await self._death.declared.wait()
+        return self._death.fresh_error()
+
     @property
     def tokenizer(self) -> Tokenizer:
         """The host-side tokenizer (``encode``, ``decode``, ``apply_chat_template``)."""

@@ -44,6 +44,10 @@ class BindError(Exception):
     """The listening socket could not be opened (a port taken, an address not ours)."""
 
 
+class EngineDied(Exception):
+    """The engine died while serving and the policy is to exit (``--on-engine-death exit``)."""
+
+
 class StoppedBySignal(Exception):
     """``serve`` was cancelled by a signal: during start-up, or a second one while stopping."""
 
@@ -133,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="serve HTTPS with this certificate chain (PEM); needs --ssl-keyfile")
     http.add_argument("--ssl-keyfile", default=None, metavar="PATH",
                       help="the private key of --ssl-certfile (PEM)")
+    http.add_argument("--on-engine-death", choices=("exit", "keep"), default="exit",
+                      help="when the engine dies while serving: 'exit' ends the streams in "
+                           "flight with errors and exits with status 1, for a supervisor "
+                           "(systemd, Kubernetes) to restart; 'keep' stays up answering 503 "
+                           "(default: exit)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     EngineConfig.add_cli_args(parser)
@@ -156,9 +165,11 @@ def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | N
 
 
 async def serve(config: EngineConfig, settings: ServerSettings, socks: list[socket.socket],
-                grace_period: float, ssl_context: ssl.SSLContext | None = None) -> None:
+                grace_period: float, ssl_context: ssl.SSLContext | None = None,
+                on_engine_death: str = "exit") -> None:
     """Start the engine, then serve HTTP on ``socks`` (from ``bind_listeners``) until a
-    signal; the sockets are closed on every way out."""
+    signal, or until the engine dies when ``on_engine_death`` is ``exit`` (``EngineDied``);
+    the sockets are closed on every way out."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     main_task = asyncio.current_task()
@@ -198,7 +209,7 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
                                                      "https" if ssl_context else "http")),
                             settings.model_name or served_model_name(config.model))
                 serving = True
-                await stop.wait()
+                await _until_stopped(client, stop, on_engine_death)
             finally:
                 await runner.cleanup()
         logger.info("server stopped")
@@ -213,6 +224,28 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
                 signal.signal(sig, previous[sig])
         for sock in socks:
             sock.close()
+
+
+async def _until_stopped(client: AsyncMPClient, stop: asyncio.Event, on_engine_death: str
+                         ) -> None:
+    """Until a signal sets ``stop``; or until the engine dies, with the ``exit`` policy: its
+    streams have ended with errors by then, and the cleanup that follows stops accepting."""
+    death = asyncio.ensure_future(client.wait_dead())
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({death, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        death.cancel()
+        stopped.cancel()
+    if stop.is_set() or not death.done() or death.cancelled():
+        return
+    if on_engine_death == "exit":
+        logger.error("the engine died (%s): exiting with status 1 so that a supervisor "
+                     "restarts the server", death.result())
+        raise EngineDied(str(death.result()))
+    logger.error("the engine died (%s): answering 503 until stopped (--on-engine-death keep)",
+                 death.result())
+    await stop.wait()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -249,9 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif all_loopback(socks):
         settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_HOSTS)
     try:
-        asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context))
+        asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context,
+                          args.on_engine_death))
     except StoppedBySignal as e:
         return 128 + e.signum
+    except EngineDied:
+        return 1
     except (EngineStartupError, OSError) as e:  # OSError: e.g. an unwritable model cache
         logger.error("the engine failed to start: %s", e)
         return 1
