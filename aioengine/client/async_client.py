@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from aioengine.client.admission import Admission
 from aioengine.client.chat_template import ChatMessage
 from aioengine.client.engine_death import EngineDeath
 from aioengine.client.engine_messages import EngineMessageRouter
@@ -108,6 +109,8 @@ class AsyncMPClient:
         self._send_lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._death = EngineDeath(self._streams, self._calls)
+        self._admission = Admission(self.config.max_queued_requests,
+                                    self.config.max_queued_tokens)
         self._router = EngineMessageRouter(self._by_wire, self._calls, self._death)
         self._closed = False
         self._encoder = msgspec.msgpack.Encoder()
@@ -290,6 +293,7 @@ class AsyncMPClient:
         # engine, with its outputs and our abort in flight: a fresh wire id per request keeps
         # a caller's reused id apart from it.
         wire_id = f"{rid}#{next(self._wire_seq)}"
+        self._admission.admit(wire_id, len(ids))  # EngineOverloadedError: nothing was sent
         stream = RequestStream(RequestState(rid, ids, params, detok, now), wire_id)
         state = stream.state
         self._streams[rid] = stream  # registered before any await: duplicate ids are caught
@@ -304,11 +308,13 @@ class AsyncMPClient:
                     stream.event.clear()
                     await stream.event.wait()
                     continue
+                self._admission.started(wire_id)
                 out = state.take_output()
                 yield out
                 if out.finished:
                     return
         finally:
+            self._admission.started(wire_id)
             if self._streams.get(rid) is stream:
                 del self._streams[rid]
             del self._by_wire[wire_id]

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from aioengine import EngineDeadError
+from aioengine import EngineDeadError, EngineOverloadedError
 from aioengine.server.body import decode, read_body
 from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
@@ -48,6 +48,8 @@ from aioengine.server.responses import (
 )
 
 logger = logging.getLogger(__name__)
+
+RETRY_AFTER_S = "1"  # a refused request's hint: the queue moves within about a second
 
 _SEVERITY = {None: 0, "stop": 1, "length": 2, "abort": 3, "error": 4}
 _ABORT_WRITE_TIMEOUT = 5.0  # after an abort at shutdown: time left to write the endings
@@ -161,6 +163,10 @@ class GenerateHandlers:
                 except EngineDeadError as e:
                     outcome = "engine_dead"
                     raise engine_dead(e) from e
+                except EngineOverloadedError as e:
+                    outcome = "overloaded"
+                    raise ApiError(503, str(e), code="overloaded",
+                                   headers={"Retry-After": RETRY_AFTER_S}) from e
                 events = _tracked(runner.events(), last)
                 if req.stream:
                     resp, outcome = await _stream(request, events, states, fmt,
