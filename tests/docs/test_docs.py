@@ -160,10 +160,10 @@ def test_metric_names_match_the_exposition() -> None:
     for line in metrics.render().decode().splitlines():
         if line.startswith("#") or not line:
             continue
-        name = re.match(r"[a-z_]+", line).group(0)
+        name = re.match(r"[a-z_:]+", line).group(0)
         if not name.endswith("_created"):  # a timestamp beside every counter and histogram
             exposed.add(re.sub(r"_(bucket|sum|count)$", "", name))
-    documented = table_column("serving.md", "## Metrics", r"`(aioengine_[a-z_]+)")
+    documented = table_column("serving.md", "## Metrics", r"`(aioengine_[a-z_]+|vllm:[a-z_]+)")
     assert documented == exposed, (f"documented only: {sorted(documented - exposed)}; "
                                    f"undocumented: {sorted(exposed - documented)}")
 
