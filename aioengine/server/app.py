@@ -28,6 +28,7 @@ from aioengine.server.generate import GenerateHandlers
 from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
 from aioengine.server.responses import TOKEN_CACHE
+from aioengine.server.tokenize_routes import TokenizeRoutes
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ class ServerSettings:
 
 def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
     """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
-    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``GET /health``, ``GET /metrics``."""
+    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
+    ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     config = client.config
     model = settings.model_name or served_model_name(config.model)
@@ -122,6 +124,7 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     app.router.add_get("/v1/models/{model}", info.model)
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
+    TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
     if settings.allowed_origins:
         enable_cors(app, settings.allowed_origins, settings.allowed_methods,
                     settings.allowed_headers, settings.allow_credentials)

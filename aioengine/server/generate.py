@@ -102,7 +102,7 @@ class GenerateHandlers:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
             req = decode(CHAT_DECODER, await read_body(request, self._limit))
-            self._check_model(req.model)
+            self.check_model(req.model)
             check_messages(req.messages)
             params = chat_params(req, self._default_max_tokens)
         except ApiError:
@@ -119,7 +119,7 @@ class GenerateHandlers:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
             req = decode(COMPLETION_DECODER, await read_body(request, self._limit))
-            self._check_model(req.model)
+            self.check_model(req.model)
             params = completion_params(req)
             prompt = completion_prompt(req)
         except ApiError:
@@ -133,7 +133,8 @@ class GenerateHandlers:
         return await self._run(request, "completions", req, start, fmt,
                                params.logprobs is not None)
 
-    def _check_model(self, model: str | None) -> None:
+    def check_model(self, model: str | None) -> None:
+        """404 for a ``model`` other than the served one (absent: fine)."""
         if model is not None and model not in (self._model, self._client.config.model):
             raise ApiError(404, f"model {model!r} does not exist; this server serves "
                            f"{self._model!r} (GET /v1/models)", param="model",
