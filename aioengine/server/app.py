@@ -27,6 +27,7 @@ from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_mid
 from aioengine.server.generate import GenerateHandlers
 from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
+from aioengine.server.openapi import openapi_document
 from aioengine.server.responses import TOKEN_CACHE
 from aioengine.server.tokenize_routes import TokenizeRoutes
 
@@ -125,6 +126,12 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
     TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
+    spec = msgspec.json.encode(openapi_document(bool(settings.api_keys)))
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.Response(body=spec, content_type="application/json")
+
+    app.router.add_get("/openapi.json", openapi)
     if settings.allowed_origins:
         enable_cors(app, settings.allowed_origins, settings.allowed_methods,
                     settings.allowed_headers, settings.allow_credentials)

@@ -56,3 +56,19 @@ async def test_bad_requests(server, path, body, status, fragment):
 async def test_version(server):
     async with aiohttp.ClientSession() as s, s.get(server.make_url("/version")) as r:
         assert r.status == 200 and await r.json() == {"version": __version__}
+
+
+async def test_openapi_describes_every_route_from_the_request_structs(server):
+    async with aiohttp.ClientSession() as s, s.get(server.make_url("/openapi.json")) as r:
+        assert r.status == 200
+        doc = await r.json()
+    assert doc["openapi"] == "3.1.0" and doc["info"]["version"] == __version__
+    routes = {(res.method, res.resource.canonical) for res in server.app.router.routes()
+              if res.method not in ("HEAD", "OPTIONS")}
+    described = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}
+    assert described == routes - {("GET", "/openapi.json")}
+    body = doc["paths"]["/v1/completions"]["post"]["requestBody"]["content"]
+    ref = body["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    props = doc["components"]["schemas"][ref]["properties"]
+    assert {"prompt", "max_tokens", "temperature", "stream", "logprobs"} <= set(props)
+    assert "security" not in doc  # no keys configured on this server
