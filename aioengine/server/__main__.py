@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--grace-period", type=float, default=10.0,
                       help="seconds in-flight requests may run after SIGTERM/SIGINT before "
                            "they are aborted (default: %(default)s)")
+    http.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                      help="abort a generation request that has not finished this many seconds "
+                           "after it arrived: 504 'timeout', or an error event when streaming "
+                           "(a request's own 'timeout' field can shorten it; default: none)")
     http.add_argument("--api-key", action="append", default=[], metavar="KEY",
                       help="require 'Authorization: Bearer KEY' on every route but /health and "
                            "/metrics (repeatable: any of the keys is accepted; also "
@@ -259,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   max_request_bytes=args.max_request_bytes,
                                   default_max_tokens=args.default_max_tokens,
                                   shutdown_grace_period=args.grace_period,
+                                  request_timeout=args.request_timeout,
                                   api_keys=collect_keys(args.api_key, args.api_key_file),
                                   protect_health_and_metrics=args.protect_health_and_metrics,
                                   allowed_origins=tuple(args.allowed_origins),

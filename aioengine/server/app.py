@@ -48,6 +48,10 @@ class ServerSettings:
     """Seconds ``/health`` and ``/metrics`` wait for the engine to answer."""
     disconnect_poll_interval: float = 0.2
     """Seconds between checks for HTTP clients that went away (their requests are aborted)."""
+    request_timeout: float | None = None
+    """Seconds a generation request may take from arrival to its end; past it the request is
+    aborted in the engine and answered 504 ``timeout`` (an error event when streaming). A
+    request's own ``timeout`` field can only shorten it. None: no limit."""
     api_keys: tuple[str, ...] = ()
     """When any: every route but ``/health`` and ``/metrics`` needs ``Authorization: Bearer``
     with one of these keys (401 otherwise)."""
@@ -81,6 +85,8 @@ class ServerSettings:
         for name in ("health_timeout", "disconnect_poll_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.request_timeout is not None and not self.request_timeout > 0:
+            raise ValueError(f"request_timeout must be positive, got {self.request_timeout!r}")
         if any(not isinstance(k, str) or not k for k in self.api_keys):
             raise ValueError("api_keys must be non-empty strings")
         if self.protect_health_and_metrics and not self.api_keys:
@@ -109,7 +115,8 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     gen = GenerateHandlers(
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
-        watcher=watcher, token_text=token_text, tokenizer=tokenizer)
+        watcher=watcher, token_text=token_text, tokenizer=tokenizer,
+        request_timeout=settings.request_timeout)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
     middlewares = [error_middleware(RefusalLog())]
