@@ -30,6 +30,7 @@ from aiohttp import web
 
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
 from aioengine.hub import served_model_name
+from aioengine.server.accept_log import guard_descriptors
 from aioengine.server.app import ServerSettings, create_app
 from aioengine.server.auth import API_KEY_ENV, collect_keys
 from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
@@ -112,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--grace-period", type=float, default=10.0,
                       help="seconds in-flight requests may run after SIGTERM/SIGINT before "
                            "they are aborted (default: %(default)s)")
+    http.add_argument("--idle-timeout", type=float, default=15.0, metavar="SECONDS",
+                      help="close a connection that has not sent a whole request's headers "
+                           "within this many seconds of connecting or of its last response "
+                           "(slow or half-sent requests; default: %(default)s)")
     http.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                       help="abort a generation request that has not finished this many seconds "
                            "after it arrived: 504 'timeout', or an error event when streaming "
@@ -170,7 +175,7 @@ def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | N
 
 async def serve(config: EngineConfig, settings: ServerSettings, socks: list[socket.socket],
                 grace_period: float, ssl_context: ssl.SSLContext | None = None,
-                on_engine_death: str = "exit") -> None:
+                on_engine_death: str = "exit", idle_timeout: float = 15.0) -> None:
     """Start the engine, then serve HTTP on ``socks`` (from ``bind_listeners``) until a
     signal, or until the engine dies when ``on_engine_death`` is ``exit`` (``EngineDied``);
     the sockets are closed on every way out."""
@@ -202,8 +207,12 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
         async with AsyncMPClient(config) as client:
             # The app drains its generations itself (ServerSettings.shutdown_grace_period);
             # aiohttp's own wait is a backstop for the rest, and it reads 0 as "no limit".
+            # keepalive_timeout also closes a connection that has not sent a whole request's
+            # headers by then (aiohttp starts it at accept): half-sent requests (slowloris)
+            # were held for as long as their client liked.
             runner = web.AppRunner(create_app(client, settings),
-                                   shutdown_timeout=max(grace_period, 1.0), access_log=None)
+                                   shutdown_timeout=max(grace_period, 1.0), access_log=None,
+                                   keepalive_timeout=idle_timeout)
             await runner.setup()
             try:
                 for sock in socks:
@@ -257,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.grace_period >= 0:
         parser.error(f"--grace-period must be >= 0, got {args.grace_period}")
+    if not args.idle_timeout > 0:
+        parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
     try:
         config = EngineConfig.from_cli_args(args)
         settings = ServerSettings(model_name=args.served_model_name,
@@ -277,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--port must be in [0, 65535], got {args.port}")
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    guard_descriptors(logger)
     try:
         socks = bind_listeners(args.host, args.port)
     except BindError as e:
@@ -288,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_HOSTS)
     try:
         asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context,
-                          args.on_engine_death))
+                          args.on_engine_death, args.idle_timeout))
     except StoppedBySignal as e:
         return 128 + e.signum
     except EngineDied:

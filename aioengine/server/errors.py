@@ -17,7 +17,7 @@ from aiohttp import web
 logger = logging.getLogger(__name__)
 
 _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error",
-          405: "invalid_request_error",
+          405: "invalid_request_error", 408: "timeout_error",
           413: "invalid_request_error", 415: "invalid_request_error", 500: "internal_server_error",
           503: "service_unavailable_error", 504: "timeout_error"}
 
