@@ -23,11 +23,13 @@ from aioengine.hub import served_model_name
 from aioengine.server.auth import api_key_middleware
 from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
-from aioengine.server.errors import ApiError, engine_dead, error_middleware
+from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
 from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
+from aioengine.server.openapi import openapi_document
 from aioengine.server.responses import TOKEN_CACHE
+from aioengine.server.tokenize_routes import TokenizeRoutes
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,10 @@ class ServerSettings:
     """Seconds ``/health`` and ``/metrics`` wait for the engine to answer."""
     disconnect_poll_interval: float = 0.2
     """Seconds between checks for HTTP clients that went away (their requests are aborted)."""
+    request_timeout: float | None = None
+    """Seconds a generation request may take from arrival to its end; past it the request is
+    aborted in the engine and answered 504 ``timeout`` (an error event when streaming). A
+    request's own ``timeout`` field can only shorten it. None: no limit."""
     api_keys: tuple[str, ...] = ()
     """When any: every route but ``/health`` and ``/metrics`` needs ``Authorization: Bearer``
     with one of these keys (401 otherwise)."""
@@ -79,6 +85,8 @@ class ServerSettings:
         for name in ("health_timeout", "disconnect_poll_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.request_timeout is not None and not self.request_timeout > 0:
+            raise ValueError(f"request_timeout must be positive, got {self.request_timeout!r}")
         if any(not isinstance(k, str) or not k for k in self.api_keys):
             raise ValueError("api_keys must be non-empty strings")
         if self.protect_health_and_metrics and not self.api_keys:
@@ -90,7 +98,8 @@ class ServerSettings:
 
 def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
     """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
-    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``GET /health``, ``GET /metrics``."""
+    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
+    ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     config = client.config
     model = settings.model_name or served_model_name(config.model)
@@ -106,10 +115,11 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     gen = GenerateHandlers(
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
-        watcher=watcher, token_text=token_text, tokenizer=tokenizer)
+        watcher=watcher, token_text=token_text, tokenizer=tokenizer,
+        request_timeout=settings.request_timeout)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
-    middlewares = [error_middleware]
+    middlewares = [error_middleware(RefusalLog())]
     if settings.allowed_hosts is not None:
         middlewares.append(allowed_hosts_middleware(settings.allowed_hosts))
     if settings.api_keys:
@@ -122,6 +132,13 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     app.router.add_get("/v1/models/{model}", info.model)
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
+    TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
+    spec = msgspec.json.encode(openapi_document(bool(settings.api_keys)))
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.Response(body=spec, content_type="application/json")
+
+    app.router.add_get("/openapi.json", openapi)
     if settings.allowed_origins:
         enable_cors(app, settings.allowed_origins, settings.allowed_methods,
                     settings.allowed_headers, settings.allow_credentials)

@@ -3,6 +3,7 @@ decode it with a typed decoder."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TypeVar
 
 import msgspec
@@ -13,11 +14,25 @@ from aioengine.server.errors import ApiError, from_decode_error
 T = TypeVar("T")
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
+BODY_TIMEOUT_S = 30.0
+
+
+async def read_body(request: web.Request, limit: int,
+                    timeout: float = BODY_TIMEOUT_S) -> bytes:
     """The whole body, refusing one over ``limit`` bytes as soon as that is known (the declared
-    length, or the bytes read so far of a chunked upload). Reads ``request.content`` directly
-    so the limit holds even when the host app mounting us set another ``client_max_size``."""
+    length, or the bytes read so far of a chunked upload), and one not received within
+    ``timeout`` seconds (408: a client trickling its body holds a connection and a handler
+    for as long as it likes otherwise). Reads ``request.content`` directly so the limit holds
+    even when the host app mounting us set another ``client_max_size``."""
     _check_media_type(request)
+    try:
+        return await asyncio.wait_for(_read(request, limit), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body was not received within {timeout:g} s",
+                       code="request_timeout") from None
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
     declared = request.content_length
     if declared is not None and declared > limit:
         raise _too_large(f"{declared} bytes", limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import aiohttp
 import pytest
@@ -216,5 +217,30 @@ async def test_body_over_the_limit_is_413(engine):
             async with s.post(srv.make_url("/v1/completions"), data=chunked()) as resp:
                 assert resp.status == 413
                 assert "more than 2048 bytes" in (await resp.json())["error"]["message"]
+    finally:
+        await srv.close()
+
+
+async def test_refusals_are_logged_at_debug_rate_limited_without_body(engine, caplog):
+    import logging
+
+    srv = TestServer(create_app(engine, ServerSettings(api_keys=("sk-secret-key",))),
+                     host="127.0.0.1")
+    await srv.start_server()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="aioengine.server.errors"):
+            first = int(time.monotonic())
+            async with aiohttp.ClientSession() as s:
+                for _ in range(100):
+                    async with s.post(srv.make_url("/v1/completions"),
+                                      json={"prompt": "body-text-xyz"},
+                                      headers={"Authorization": "Bearer sk-wrong-key"}) as r:
+                        assert r.status == 401
+            windows = int(time.monotonic()) - first + 1
+        lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert lines[0].startswith("refused POST /v1/completions from 127.0.0.1: 401 "
+                                   "invalid_api_key: incorrect API key")
+        assert 20 <= len(lines) <= 21 * windows < 100  # 20 a second, then a count
+        assert not any("body-text-xyz" in ln or "sk-" in ln for ln in lines)
     finally:
         await srv.close()
