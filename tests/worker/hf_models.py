@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MixtralConfig,
+    Qwen2Config,
+    Qwen3Config,
+    Qwen3MoeConfig,
+)
 
 _BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -28,6 +35,14 @@ VARIANTS: dict[str, tuple[type, dict[str, Any]]] = {
                                 tie_word_embeddings=True, num_key_value_heads=1)),
     "qwen3": (Qwen3Config, dict(_BASE, architectures=["Qwen3ForCausalLM"], head_dim=32,
                                 tie_word_embeddings=False)),
+    # Layers 0 and 2 sparse (8 experts, top 3, renormalised), layer 1 dense (mlp_only_layers).
+    "qwen3-moe": (Qwen3MoeConfig, dict(
+        _BASE, architectures=["Qwen3MoeForCausalLM"], head_dim=16, num_hidden_layers=3,
+        moe_intermediate_size=32, num_experts=8, num_experts_per_tok=3, norm_topk_prob=True,
+        mlp_only_layers=[1], tie_word_embeddings=False)),
+    "mixtral": (MixtralConfig, dict(_BASE, architectures=["MixtralForCausalLM"],
+                                    num_local_experts=4, num_experts_per_tok=2,
+                                    tie_word_embeddings=False)),
 }
 
 

@@ -98,4 +98,10 @@ def test_bfloat16_is_close_to_float32(models):
     a = torch.stack([d32.seqs[0].logits[p] for p in range(n)])
     b = torch.stack([d16.seqs[0].logits[p] for p in range(n)])
     assert b.dtype == torch.float32 and torch.isfinite(b).all()
-    assert (a - b).abs().max() < 0.1 * a.abs().max(), variant
+    if ours.spec.moe_layers:
+        # A token whose top-k experts are near-tied may route differently after bfloat16
+        # rounding (transformers too): that row moves, so hold most rows, not every one.
+        close = (a - b).abs().amax(-1) < 0.1 * a.abs().max()
+        assert close.float().mean() >= 0.9, (variant, close.float().mean())
+    else:
+        assert (a - b).abs().max() < 0.1 * a.abs().max(), variant

@@ -4,6 +4,7 @@ and the engine's load path never imports transformers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -55,6 +56,16 @@ RAW_CONFIGS: dict[str, dict] = {
                              "attention_bias": True, "head_dim": 8, "num_key_value_heads": 1},
     "llama-biases": {"model_type": "llama", "architectures": [_ARCH["llama"]], **_SMALL,
                      "attention_bias": True, "mlp_bias": True, "num_key_value_heads": 2},
+    "bare-qwen3_moe": {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]},
+    "bare-mixtral": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]},
+    # As the released Qwen3-MoE configs spell it: num_experts, every other layer sparse.
+    "qwen3-moe-released": {
+        "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], **_SMALL,
+        "num_hidden_layers": 6, "num_experts": 16, "num_experts_per_tok": 4,
+        "moe_intermediate_size": 24, "norm_topk_prob": True, "decoder_sparse_step": 2,
+        "mlp_only_layers": [3], "num_key_value_heads": 2},
+    "mixtral-small": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], **_SMALL,
+                      "num_local_experts": 4, "num_experts_per_tok": 1, "num_key_value_heads": 2},
 }
 
 
@@ -108,6 +119,40 @@ def test_defaults_are_the_families_own():
     assert spec.rope.original_max_position == 4096 and spec.checkpoint_dtype == "bfloat16"
     spec = ModelSpec.from_config_dict(RAW_CONFIGS["llama3-top-level-original"])
     assert spec.rope.original_max_position == 1024 and spec.rope.theta == 20000.0
+
+
+def test_moe_layers_and_experts():
+    spec = ModelSpec.from_config_dict(RAW_CONFIGS["qwen3-moe-released"])
+    assert spec.moe_layers == (1, 5)  # (i + 1) % 2 == 0, minus mlp_only_layers [3]
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.moe_intermediate_size,
+            spec.norm_topk_prob, spec.qk_norm) == (16, 4, 24, True, True)
+    bare = ModelSpec.from_config_dict(RAW_CONFIGS["bare-qwen3_moe"])
+    assert (bare.num_experts, bare.num_experts_per_tok, len(bare.moe_layers)) == (128, 8, 24)
+    mixtral = ModelSpec.from_config_dict(RAW_CONFIGS["mixtral-small"])
+    assert mixtral.moe_layers == (0, 1) and mixtral.norm_topk_prob
+    assert mixtral.moe_intermediate_size == 96 and not mixtral.qk_norm
+    spec.check_tp(2)
+    with pytest.raises(ValueError, match="moe_intermediate_size"):
+        dataclasses.replace(spec, moe_intermediate_size=25).check_tp(2)
+
+
+_MOE = {"architectures": ["Qwen3MoeForCausalLM"], **_SMALL, "num_key_value_heads": 2}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"num_experts": 0}, r"'num_experts' must be a positive integer, got 0"),
+    ({"num_experts": 4, "num_experts_per_tok": 5},
+     r"num_experts_per_tok \(5\) exceeds num_experts \(4\)"),
+    ({"moe_intermediate_size": None}, r"'moe_intermediate_size' must be a positive integer"),
+    ({"decoder_sparse_step": 0}, r"'decoder_sparse_step' must be a positive integer"),
+    ({"mlp_only_layers": "0"}, r"'mlp_only_layers' must be a list of layer indices"),
+    ({"norm_topk_prob": 1}, r"'norm_topk_prob' must be true or false"),
+    ({"architectures": ["MixtralForCausalLM"], "sliding_window": 64},
+     r"sliding-window attention \(sliding_window=64\) is not supported for Mixtral"),
+])
+def test_bad_moe_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
+        ModelSpec.from_config_dict({**_MOE, **changes}, source="cfg.json")
 
 
 def _raw(**changes) -> dict:

@@ -11,6 +11,7 @@ from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
 from aioengine.worker.models.layers import RMSNorm, silu_and_mul
+from aioengine.worker.models.moe import DOWN, GATE, UP, SparseMoE
 from aioengine.worker.models.rope import RotaryEmbedding, apply_rope
 from aioengine.worker.models.spec import ModelSpec
 from aioengine.worker.parallel import (
@@ -98,13 +99,17 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
     def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
-                 device: torch.device | str) -> None:
+                 device: torch.device | str, index: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
         self.self_attn = Attention(spec, tp, dtype, device)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype,
                                                 device)
-        self.mlp = MLP(spec, tp, dtype, device)
+        self.mlp: MLP | SparseMoE = MLP(spec, tp, dtype, device)
+        if index in spec.moe_layers:
+            self.mlp = SparseMoE(spec.hidden_size, spec.moe_intermediate_size, spec.num_experts,
+                                 spec.num_experts_per_tok, spec.norm_topk_prob, tp, dtype,
+                                 device)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor,
                 sin: torch.Tensor, meta: AttentionMetadata,
@@ -130,8 +135,8 @@ class CausalLM(nn.Module):
         self.device = torch.device(device)
         self.embed_tokens = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp, dtype,
                                                    device)
-        self.layers = nn.ModuleList(DecoderLayer(spec, tp, dtype, device)
-                                    for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(spec, tp, dtype, device, i)
+                                    for i in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
         self.lm_head = None if spec.tie_word_embeddings else ParallelLMHead(
             spec.vocab_size, spec.hidden_size, tp, dtype, device)
@@ -187,6 +192,9 @@ class CausalLM(nn.Module):
             if attn.q_norm is not None and attn.k_norm is not None:
                 targets[pre + "self_attn.q_norm.weight"] = WeightTarget(attn.q_norm)
                 targets[pre + "self_attn.k_norm.weight"] = WeightTarget(attn.k_norm)
+            if isinstance(mlp, SparseMoE):
+                targets.update(_expert_targets(pre, mlp, spec.family))
+                continue
             for part, name in enumerate(("gate_proj", "up_proj")):
                 targets[f"{pre}mlp.{name}.weight"] = WeightTarget(mlp.gate_up_proj, part)
                 if spec.mlp_bias:
@@ -201,3 +209,15 @@ class CausalLM(nn.Module):
         if name.endswith("rotary_emb.inv_freq"):  # old checkpoints saved the RoPE buffer
             return True
         return name == "lm_head.weight" and self.lm_head is None  # tied: same as embeddings
+
+
+def _expert_targets(pre: str, moe: SparseMoE, family: str) -> dict[str, WeightTarget]:
+    if family == "mixtral":
+        pre, names = pre + "block_sparse_moe.", {GATE: "w1", UP: "w3", DOWN: "w2"}
+    else:
+        pre, names = pre + "mlp.", {GATE: "gate_proj", UP: "up_proj", DOWN: "down_proj"}
+    targets = {pre + "gate.weight": WeightTarget(moe.gate)}
+    for e in range(moe.num_experts):
+        for which, name in names.items():
+            targets[f"{pre}experts.{e}.{name}.weight"] = WeightTarget(moe, e * 3 + which)
+    return targets

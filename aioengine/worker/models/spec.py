@@ -22,8 +22,11 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "MixtralForCausalLM": "mixtral",
 }
-_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
+_MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
+                "mixtral": "mixtral"}
 
 _QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
          "max_position_embeddings": 32768, "use_sliding_window": False}
@@ -34,7 +37,15 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
               "max_position_embeddings": 2048, "head_dim": None, "mlp_bias": False},
     "qwen2": {**_QWEN, "head_dim": None},
     "qwen3": {**_QWEN, "head_dim": 128},
+    "qwen3_moe": {**_QWEN, "head_dim": None, "hidden_size": 2048, "intermediate_size": 6144,
+                  "num_hidden_layers": 24, "num_key_value_heads": 4,
+                  "moe_intermediate_size": 768, "num_local_experts": 128, "num_experts_per_tok": 8,
+                  "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "mixtral": {"vocab_size": 32000, "intermediate_size": 14336, "num_key_value_heads": 8,
+                "max_position_embeddings": 131072, "head_dim": None, "rms_norm_eps": 1e-5,
+                "rope_theta": 1e6, "num_local_experts": 8, "num_experts_per_tok": 2},
 }
+MOE_FAMILIES = ("qwen3_moe", "mixtral")
 _COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                     "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
                     "attention_bias": False}
@@ -44,7 +55,8 @@ ROPE_TYPES = ("default", "linear", "llama3")
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "max_position_embeddings")
 _OPTIONAL_INTS = ("num_key_value_heads", "head_dim")
-_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")
+_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window",
+          "norm_topk_prob")
 
 Getter = Callable[[str], Any]  # config key -> value, None when absent
 
@@ -78,6 +90,12 @@ class ModelSpec:
     qk_norm: bool  # Qwen3: RMSNorm over head_dim on q and k before RoPE
     tie_word_embeddings: bool
     checkpoint_dtype: str | None = None  # config's ``dtype`` / ``torch_dtype``, e.g. "bfloat16"
+    # Mixture of experts (Qwen3-MoE, Mixtral): the layers whose MLP is a sparse expert block.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    moe_layers: tuple[int, ...] = ()
 
     @classmethod
     def from_config_dict(cls, raw: Mapping[str, Any], source: str = "config.json"
@@ -116,6 +134,8 @@ class ModelSpec:
         divide(self.num_heads, tp_size, "num_attention_heads")
         divide(self.num_kv_heads, tp_size, "num_key_value_heads")
         divide(self.intermediate_size, tp_size, "intermediate_size")
+        if self.moe_layers:
+            divide(self.moe_intermediate_size, tp_size, "moe_intermediate_size")
 
 
 def family_of(get: Getter, source: str = "config") -> str:
@@ -168,6 +188,9 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
     if get("use_sliding_window"):
         raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is "
                          "not supported")
+    if family == "mixtral" and get("sliding_window") is not None:
+        raise ValueError(f"{source}: sliding-window attention (sliding_window="
+                         f"{get('sliding_window')!r}) is not supported for Mixtral")
     heads = get("num_attention_heads")
     kv_heads = get("num_key_value_heads") or heads
     if heads % kv_heads:
@@ -175,6 +198,7 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
                          f"num_key_value_heads ({kv_heads})")
     attention_bias = bool(get("attention_bias"))
     dtype = get("dtype") or get("torch_dtype")
+    moe = moe_fields(get, family, source) if family in MOE_FAMILIES else {}
     return ModelSpec(
         family=family,
         vocab_size=get("vocab_size"),
@@ -187,13 +211,47 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
         max_position_embeddings=get("max_position_embeddings"),
         rms_norm_eps=float(get("rms_norm_eps")),
         rope=rope_spec(get, source),
-        qkv_bias=True if family == "qwen2" else attention_bias,
-        o_bias=attention_bias if family in ("llama", "qwen3") else False,
+        qkv_bias=True if family == "qwen2" else attention_bias and family != "mixtral",
+        o_bias=attention_bias if family in ("llama", "qwen3", "qwen3_moe") else False,
         mlp_bias=bool(get("mlp_bias")) if family == "llama" else False,
-        qk_norm=family == "qwen3",
+        qk_norm=family in ("qwen3", "qwen3_moe"),
         tie_word_embeddings=bool(get("tie_word_embeddings")),
         checkpoint_dtype=None if dtype is None else str(dtype).removeprefix("torch."),
+        **moe,
     )
+
+
+def moe_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
+    """The expert settings and which layers are sparse (as transformers decides it)."""
+    experts = get("num_experts")
+    experts = get("num_local_experts") if experts is None else experts
+    top_k = get("num_experts_per_tok")
+    layers = get("num_hidden_layers")
+    for key, value in (("num_experts", experts), ("num_experts_per_tok", top_k)):
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"{source}: {key!r} must be a positive integer, got {value!r}")
+    if top_k > experts:
+        raise ValueError(f"{source}: num_experts_per_tok ({top_k}) exceeds num_experts "
+                         f"({experts})")
+    if family == "mixtral":  # every layer sparse, experts as wide as the dense MLP
+        return {"num_experts": experts, "num_experts_per_tok": top_k,
+                "moe_intermediate_size": get("intermediate_size"), "norm_topk_prob": True,
+                "moe_layers": tuple(range(layers))}
+    size, step = get("moe_intermediate_size"), get("decoder_sparse_step")
+    dense = get("mlp_only_layers") or []
+    if not _is_int(size) or size < 1:
+        raise ValueError(f"{source}: 'moe_intermediate_size' must be a positive integer, got "
+                         f"{size!r}")
+    if not _is_int(step) or step < 1:
+        raise ValueError(f"{source}: 'decoder_sparse_step' must be a positive integer, got "
+                         f"{step!r}")
+    if not isinstance(dense, list | tuple) or not all(_is_int(i) for i in dense):
+        raise ValueError(f"{source}: 'mlp_only_layers' must be a list of layer indices, got "
+                         f"{dense!r}")
+    return {"num_experts": experts, "num_experts_per_tok": top_k, "moe_intermediate_size": size,
+            "norm_topk_prob": bool(get("norm_topk_prob")),
+            "moe_layers": tuple(i for i in range(layers)
+                                if i not in dense and (i + 1) % step == 0)}
 
 
 def rope_spec(get: Getter, source: str = "config") -> RopeSpec:
