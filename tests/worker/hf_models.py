@@ -9,6 +9,7 @@ from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
     MixtralConfig,
+    Phi3Config,
     Qwen2Config,
     Qwen3Config,
     Qwen3MoeConfig,
@@ -43,6 +44,15 @@ VARIANTS: dict[str, tuple[type, dict[str, Any]]] = {
     "mixtral": (MixtralConfig, dict(_BASE, architectures=["MixtralForCausalLM"],
                                     num_local_experts=4, num_experts_per_tok=2,
                                     tie_word_embeddings=False)),
+    # Phi-4-mini style: longrope with 3/4 of each head rotated; original context 128 (the
+    # parity schedule stays on the short factors; test_phi3_longrope crosses it).
+    "phi3": (Phi3Config, dict(
+        _BASE, architectures=["Phi3ForCausalLM"], tie_word_embeddings=True,
+        num_attention_heads=2, num_key_value_heads=1, partial_rotary_factor=0.75,
+        pad_token_id=None, eos_token_id=None,
+        original_max_position_embeddings=128, rope_scaling={
+            "type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(12)],
+            "long_factor": [2.0 + 0.5 * i for i in range(12)]})),
 }
 
 

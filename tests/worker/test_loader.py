@@ -150,7 +150,7 @@ def test_unsupported_features(qwen_dir, tmp_path):
     _edit_config(out, hidden_act="silu", rope_scaling={"rope_type": "yarn", "factor": 4.0},
                  rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4})
     with pytest.raises(ValueError, match="rope type 'yarn' is not supported; supported: "
-                                         r"\['default', 'linear', 'llama3'\]"):
+                                         r"\['default', 'linear', 'llama3', 'longrope'\]"):
         load_model(out, device="cpu")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -64,6 +65,18 @@ RAW_CONFIGS: dict[str, dict] = {
         "num_hidden_layers": 6, "num_experts": 16, "num_experts_per_tok": 4,
         "moe_intermediate_size": 24, "norm_topk_prob": True, "decoder_sparse_step": 2,
         "mlp_only_layers": [3], "num_key_value_heads": 2},
+    # Phi-3-mini-128k (top-level original context) and Phi-4-mini (longrope,
+    # partial rotary, a sliding window as long as the context: a no-op).
+    "phi3-128k": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], **_SMALL,
+                "max_position_embeddings": 4096, "original_max_position_embeddings": 256,
+                "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8,
+                                 "long_factor": [1.5 + i for i in range(8)]}},
+    "phi4-mini": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], **_SMALL,
+                  "num_key_value_heads": 2, "partial_rotary_factor": 0.75,
+                  "max_position_embeddings": 2048, "original_max_position_embeddings": 128,
+                  "sliding_window": 2048, "tie_word_embeddings": True, "rope_scaling": {
+                      "type": "longrope", "short_factor": [1.1] * 6, "long_factor": [3.0] * 6}},
+    "bare-phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]},
     "mixtral-small": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], **_SMALL,
                       "num_local_experts": 4, "num_experts_per_tok": 1, "num_key_value_heads": 2},
 }
@@ -119,6 +132,43 @@ def test_defaults_are_the_families_own():
     assert spec.rope.original_max_position == 4096 and spec.checkpoint_dtype == "bfloat16"
     spec = ModelSpec.from_config_dict(RAW_CONFIGS["llama3-top-level-original"])
     assert spec.rope.original_max_position == 1024 and spec.rope.theta == 20000.0
+
+
+def test_phi3_rope():
+    spec = ModelSpec.from_config_dict(RAW_CONFIGS["phi4-mini"])
+    rope = spec.rope
+    assert (rope.rope_type, rope.original_max_position, rope.partial_rotary_factor,
+            rope.rotary_dim(spec.head_dim), rope.factor) == ("longrope", 128, 0.75, 12, 16.0)
+    assert rope.attention_factor == pytest.approx((1 + math.log(16) / math.log(128)) ** 0.5)
+    assert rope.long_factor == (3.0,) * 6
+    raw = RAW_CONFIGS["phi3-128k"]
+    long = ModelSpec.from_config_dict(raw).rope
+    assert long.rope_type == "longrope" and long.original_max_position == 256
+    # The older "su" spelling (transformers 5.24 itself no longer reads it: no oracle).
+    su = ModelSpec.from_config_dict({**raw, "rope_scaling": {**raw["rope_scaling"],
+                                                              "type": "su"}}).rope
+    assert su == long
+
+
+_PHI3 = {"architectures": ["Phi3ForCausalLM"], **_SMALL, "max_position_embeddings": 512,
+         "original_max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 7, "long_factor": [1.0] * 8}},
+     r"longrope RoPE needs 'short_factor' as 8 positive numbers"),
+    ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8}},
+     r"longrope RoPE needs 'long_factor' as 8 positive numbers .* got None"),
+    ({"sliding_window": 256}, r"sliding-window attention \(sliding_window=256\) is not "
+                              r"supported for Phi-3"),
+    ({"partial_rotary_factor": 1.5}, r"partial rotary embeddings \(partial_rotary_factor=1\.5\)"),
+    ({"architectures": ["LlamaForCausalLM"], "rope_scaling": {
+        "type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8}},
+     r"rope type 'longrope' is supported for Phi-3 only"),
+])
+def test_bad_phi3_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
+        ModelSpec.from_config_dict({**_PHI3, **changes}, source="cfg.json")
 
 
 def test_moe_layers_and_experts():
@@ -177,7 +227,8 @@ def _raw(**changes) -> dict:
     ({"rope_parameters": [1, 2]}, r"'rope_parameters' must be an object"),
     ({"rope_theta": "big"}, r"'rope_theta' must be a positive number, got 'big'"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-     r"rope type 'dynamic' is not supported; supported: \['default', 'linear', 'llama3'\]"),
+     r"rope type 'dynamic' is not supported; supported: \['default', 'linear', 'llama3', "
+     r"'longrope'\]"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}},
      r"llama3 RoPE needs a positive 'low_freq_factor', got missing"),
     ({"rope_parameters": {"rope_type": "linear"}}, r"linear RoPE needs a positive 'factor'"),

@@ -38,9 +38,15 @@ class WeightTarget:
     module: Loadable
     part: int = 0
     is_bias: bool = False
+    # A checkpoint tensor holding several parts one after another (Phi-3's qkv_proj and
+    # gate_up_proj): these parts, loaded from consecutive row ranges.
+    fused: tuple[int, ...] = ()
 
     @property
     def full_shape(self) -> tuple[int, ...]:
+        if self.fused:
+            shapes = [self.module.full_shape(p, self.is_bias) for p in self.fused]
+            return (sum(s[0] for s in shapes), *shapes[0][1:])
         return self.module.full_shape(self.part, self.is_bias)
 
     @property
@@ -48,7 +54,33 @@ class WeightTarget:
         return isinstance(self.module, RMSNorm)
 
     def load(self, src: Any) -> None:
-        self.module.load(src, self.part, self.is_bias)
+        offset = 0
+        for part in self.fused:
+            rows = self.module.full_shape(part, self.is_bias)[0]
+            self.module.load(_Rows(src, offset, rows), part, self.is_bias)
+            offset += rows
+        if not self.fused:
+            self.module.load(src, self.part, self.is_bias)
+
+
+class _Rows:
+    """Rows ``[offset, offset + rows)`` of a source, sliced lazily (only what a rank needs is
+    read from a safetensors file)."""
+
+    def __init__(self, src: Any, offset: int, rows: int) -> None:
+        self.src, self.offset, self.rows = src, offset, rows
+
+    def get_shape(self) -> list[int]:
+        shape = list(self.src.shape if isinstance(self.src, torch.Tensor)
+                     else self.src.get_shape())
+        return [self.rows, *shape[1:]]
+
+    def __getitem__(self, key: Any) -> Any:
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if not isinstance(first, slice) or first.step not in (None, 1):
+            raise TypeError(f"fused rows take a plain row slice, got {key!r}")
+        start, stop, _ = first.indices(self.rows)
+        return self.src[(slice(self.offset + start, self.offset + stop), *rest)]
 
 
 class Attention(nn.Module):
@@ -156,7 +188,7 @@ class CausalLM(nn.Module):
                              f"rank's {heads} kv heads: allocate it with tp_size="
                              f"{self.tp.size}")
         h = self.embed_tokens(input_ids)
-        cos, sin = self.rotary.cos_sin(positions)
+        cos, sin = self.rotary.cos_sin(positions, attn_metadata)
         residual: torch.Tensor | None = None
         for layer, cache in zip(self.layers, kv_caches, strict=True):
             h, residual = layer(h, residual, cos, sin, attn_metadata, cache)
@@ -181,6 +213,14 @@ class CausalLM(nn.Module):
             targets[pre + "input_layernorm.weight"] = WeightTarget(layer.input_layernorm)
             targets[pre + "post_attention_layernorm.weight"] = WeightTarget(
                 layer.post_attention_layernorm)
+            if spec.family == "phi3":  # fused in the checkpoint too, no biases
+                targets[pre + "self_attn.qkv_proj.weight"] = WeightTarget(
+                    attn.qkv_proj, fused=(0, 1, 2))
+                targets[pre + "self_attn.o_proj.weight"] = WeightTarget(attn.o_proj)
+                targets[pre + "mlp.gate_up_proj.weight"] = WeightTarget(
+                    mlp.gate_up_proj, fused=(0, 1))
+                targets[pre + "mlp.down_proj.weight"] = WeightTarget(mlp.down_proj)
+                continue
             for part, name in enumerate(("q_proj", "k_proj", "v_proj")):
                 targets[f"{pre}self_attn.{name}.weight"] = WeightTarget(attn.qkv_proj, part)
                 if spec.qkv_bias:

@@ -11,6 +11,7 @@ hold the two against each other.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +25,10 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "MixtralForCausalLM": "mixtral",
+    "Phi3ForCausalLM": "phi3",
 }
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
-                "mixtral": "mixtral"}
+                "mixtral": "mixtral", "phi3": "phi3"}
 
 _QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
          "max_position_embeddings": 32768, "use_sliding_window": False}
@@ -44,13 +46,16 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "mixtral": {"vocab_size": 32000, "intermediate_size": 14336, "num_key_value_heads": 8,
                 "max_position_embeddings": 131072, "head_dim": None, "rms_norm_eps": 1e-5,
                 "rope_theta": 1e6, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
+             "num_key_value_heads": None, "max_position_embeddings": 4096, "head_dim": None,
+             "rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096},
 }
 MOE_FAMILIES = ("qwen3_moe", "mixtral")
 _COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                     "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
                     "attention_bias": False}
 DEFAULT_ROPE_THETA = 10000.0  # transformers' ``default_theta``
-ROPE_TYPES = ("default", "linear", "llama3")
+ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "max_position_embeddings")
@@ -69,6 +74,15 @@ class RopeSpec:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+    # Phi-3 "longrope" ("su"): per-frequency divisors below / above the original context,
+    # cos and sin scaled by ``attention_factor``.
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
+    attention_factor: float = 1.0
+    partial_rotary_factor: float = 1.0  # rotate only this leading fraction of each head
+
+    def rotary_dim(self, head_dim: int) -> int:
+        return int(head_dim * self.partial_rotary_factor)
 
 
 @dataclass(frozen=True)
@@ -185,6 +199,10 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
     act = get("hidden_act") or "silu"
     if act != "silu":
         raise ValueError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
+    window = get("sliding_window")
+    if family == "phi3" and window is not None and window < get("max_position_embeddings"):
+        raise ValueError(f"{source}: sliding-window attention (sliding_window={window!r}) is "
+                         "not supported for Phi-3")
     if get("use_sliding_window"):
         raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is "
                          "not supported")
@@ -210,15 +228,18 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
         head_dim=get("head_dim") or get("hidden_size") // heads,
         max_position_embeddings=get("max_position_embeddings"),
         rms_norm_eps=float(get("rms_norm_eps")),
-        rope=rope_spec(get, source),
-        qkv_bias=True if family == "qwen2" else attention_bias and family != "mixtral",
-        o_bias=attention_bias if family in ("llama", "qwen3", "qwen3_moe") else False,
+        rope=rope_spec(get, source, family, get("hidden_size") // heads),
+        qkv_bias=True if family == "qwen2" else attention_bias and family in _ATTN_BIAS,
+        o_bias=attention_bias and family in _ATTN_BIAS,
         mlp_bias=bool(get("mlp_bias")) if family == "llama" else False,
         qk_norm=family in ("qwen3", "qwen3_moe"),
         tie_word_embeddings=bool(get("tie_word_embeddings")),
         checkpoint_dtype=None if dtype is None else str(dtype).removeprefix("torch."),
         **moe,
     )
+
+
+_ATTN_BIAS = ("llama", "qwen3", "qwen3_moe")  # families whose attention_bias flag is honoured
 
 
 def moe_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
@@ -254,7 +275,8 @@ def moe_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
                                 if i not in dense and (i + 1) % step == 0)}
 
 
-def rope_spec(get: Getter, source: str = "config") -> RopeSpec:
+def rope_spec(get: Getter, source: str = "config", family: str = "llama",
+              default_head_dim: int = 0) -> RopeSpec:
     """RoPE settings as transformers standardises them: ``rope_scaling`` (older configs) or
     ``rope_parameters`` (transformers 5), with ``rope_theta`` inside or at the top level."""
     given = get("rope_scaling") or get("rope_parameters") or {}
@@ -264,10 +286,16 @@ def rope_spec(get: Getter, source: str = "config") -> RopeSpec:
     theta = params.get("rope_theta", get("rope_theta"))
     theta = DEFAULT_ROPE_THETA if theta is None else theta
     partial = params.get("partial_rotary_factor", get("partial_rotary_factor"))
-    if partial not in (None, 1, 1.0):
+    if partial not in (None, 1, 1.0) and (family != "phi3" or not _is_number(partial)
+                                          or not 0 < partial <= 1):
         raise ValueError(f"{source}: partial rotary embeddings (partial_rotary_factor="
                          f"{partial!r}) are not supported")
+    partial = 1.0 if partial is None else float(partial)
     rope_type = params.get("rope_type", params.get("type")) or "default"
+    if family == "phi3" and rope_type == "su":  # transformers' Phi-3 reads "su" as longrope
+        rope_type = "longrope"
+    if rope_type == "longrope" and family != "phi3":
+        raise ValueError(f"{source}: rope type 'longrope' is supported for Phi-3 only")
     if rope_type not in ROPE_TYPES:
         raise ValueError(f"{source}: rope type {rope_type!r} is not supported; supported: "
                          f"{list(ROPE_TYPES)}")
@@ -283,7 +311,7 @@ def rope_spec(get: Getter, source: str = "config") -> RopeSpec:
     if not _is_number(theta) or theta <= 0:
         raise ValueError(f"{source}: 'rope_theta' must be a positive number, got {theta!r}")
     if rope_type == "default":
-        return RopeSpec(theta=float(theta))
+        return RopeSpec(theta=float(theta), partial_rotary_factor=partial)
     if rope_type == "linear":
         return RopeSpec(theta=float(theta), rope_type="linear", factor=number("factor"))
     # As transformers: a top-level original_max_position_embeddings wins, then the dict's,
@@ -291,7 +319,38 @@ def rope_spec(get: Getter, source: str = "config") -> RopeSpec:
     if get("original_max_position_embeddings") is not None:
         params["original_max_position_embeddings"] = get("original_max_position_embeddings")
     params.setdefault("original_max_position_embeddings", get("max_position_embeddings"))
+    if rope_type == "longrope":
+        return _longrope(params, get, float(theta), partial,
+                         get("head_dim") or default_head_dim, source)
     return RopeSpec(
         theta=float(theta), rope_type="llama3", factor=number("factor"),
         low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"),
         original_max_position=int(number("original_max_position_embeddings")))
+
+
+def _longrope(params: Mapping[str, Any], get: Getter, theta: float, partial: float,
+              head_dim: int, source: str) -> RopeSpec:
+    """As transformers' ``_compute_longrope_parameters``."""
+    original = params["original_max_position_embeddings"]
+    if not _is_int(original) or original < 1:
+        raise ValueError(f"{source}: 'original_max_position_embeddings' must be a positive "
+                         f"integer, got {original!r}")
+    half = int(head_dim * partial) // 2
+    factors = {}
+    for key in ("short_factor", "long_factor"):
+        value = params.get(key)
+        if (not isinstance(value, list | tuple) or len(value) != half
+                or not all(_is_number(x) and x > 0 for x in value)):
+            raise ValueError(f"{source}: longrope RoPE needs {key!r} as {half} positive numbers "
+                             f"(rotary dims / 2), got {value!r}")
+        factors[key] = tuple(float(x) for x in value)
+    factor = params.get("factor")
+    if factor is None:
+        factor = get("max_position_embeddings") / original
+    attention = params.get("attention_factor")
+    if attention is None:
+        attention = (1.0 if factor <= 1.0
+                     else math.sqrt(1 + math.log(factor) / math.log(original)))
+    return RopeSpec(theta=theta, rope_type="longrope", factor=float(factor),
+                    original_max_position=original, attention_factor=float(attention),
+                    partial_rotary_factor=partial, **factors)
