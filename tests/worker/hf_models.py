@@ -8,6 +8,7 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     LlamaConfig,
+    MistralConfig,
     MixtralConfig,
     Phi3Config,
     Qwen2Config,
@@ -44,6 +45,13 @@ VARIANTS: dict[str, tuple[type, dict[str, Any]]] = {
     "mixtral": (MixtralConfig, dict(_BASE, architectures=["MixtralForCausalLM"],
                                     num_local_experts=4, num_experts_per_tok=2,
                                     tie_word_embeddings=False)),
+    # A window of 7 keys: far shorter than the schedule's sequences (up to ~60 tokens).
+    "mistral": (MistralConfig, dict(_BASE, architectures=["MistralForCausalLM"], head_dim=16,
+                                    sliding_window=7, tie_word_embeddings=False)),
+    # Qwen2 with use_sliding_window: layers from max_window_layers=1 on windowed, layer 0 full.
+    "qwen2-window": (Qwen2Config, dict(_BASE, architectures=["Qwen2ForCausalLM"],
+                                       tie_word_embeddings=True, use_sliding_window=True,
+                                       sliding_window=9, max_window_layers=1)),
     # Phi-4-mini style: longrope with 3/4 of each head rotated; original context 128 (the
     # parity schedule stays on the short factors; test_phi3_longrope crosses it).
     "phi3": (Phi3Config, dict(

@@ -141,8 +141,9 @@ def _edit_config(path: str, **changes) -> None:
 
 def test_unsupported_features(qwen_dir, tmp_path):
     out = _copy(qwen_dir[0], tmp_path)
-    _edit_config(out, use_sliding_window=True, sliding_window=16)
-    with pytest.raises(ValueError, match="sliding-window attention"):
+    _edit_config(out, use_sliding_window=True, sliding_window=16, layer_types=["full"] * 2)
+    with pytest.raises(ValueError, match=r"'layer_types' must list 2 of \['full_attention', "
+                                         r"'sliding_attention'\], got \['full', 'full'\]"):
         load_model(out, device="cpu")
     _edit_config(out, use_sliding_window=False, hidden_act="gelu")
     with pytest.raises(ValueError, match="hidden_act 'gelu' is not supported"):

@@ -76,6 +76,21 @@ RAW_CONFIGS: dict[str, dict] = {
                   "max_position_embeddings": 2048, "original_max_position_embeddings": 128,
                   "sliding_window": 2048, "tie_word_embeddings": True, "rope_scaling": {
                       "type": "longrope", "short_factor": [1.1] * 6, "long_factor": [3.0] * 6}},
+    "bare-mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"]},
+    "mistral-no-window": {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                          **_SMALL, "num_key_value_heads": 2, "sliding_window": None},
+    "mixtral-window": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+                       **_SMALL, "num_key_value_heads": 2, "sliding_window": 32},
+    "qwen2-window-layers": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                            **_SMALL, "num_key_value_heads": 2, "use_sliding_window": True,
+                            "sliding_window": 64, "num_hidden_layers": 3,
+                            "layer_types": ["sliding_attention", "full_attention",
+                                            "sliding_attention"]},
+    "qwen3-window-max-layers": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                                **_SMALL, "num_key_value_heads": 2, "use_sliding_window": True,
+                                "sliding_window": 64, "max_window_layers": 1},
+    "qwen2-window-off": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                         **_SMALL, "num_key_value_heads": 2, "sliding_window": 64},
     "bare-phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]},
     "mixtral-small": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], **_SMALL,
                       "num_local_experts": 4, "num_experts_per_tok": 1, "num_key_value_heads": 2},
@@ -159,8 +174,7 @@ _PHI3 = {"architectures": ["Phi3ForCausalLM"], **_SMALL, "max_position_embedding
      r"longrope RoPE needs 'short_factor' as 8 positive numbers"),
     ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8}},
      r"longrope RoPE needs 'long_factor' as 8 positive numbers .* got None"),
-    ({"sliding_window": 256}, r"sliding-window attention \(sliding_window=256\) is not "
-                              r"supported for Phi-3"),
+    ({"sliding_window": 0}, r"'sliding_window' must be a positive integer or null, got 0"),
     ({"partial_rotary_factor": 1.5}, r"partial rotary embeddings \(partial_rotary_factor=1\.5\)"),
     ({"architectures": ["LlamaForCausalLM"], "rope_scaling": {
         "type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8}},
@@ -169,6 +183,19 @@ _PHI3 = {"architectures": ["Phi3ForCausalLM"], **_SMALL, "max_position_embedding
 def test_bad_phi3_values_are_named(changes, message):
     with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
         ModelSpec.from_config_dict({**_PHI3, **changes}, source="cfg.json")
+
+
+def test_sliding_windows():
+    def read(name):
+        spec = ModelSpec.from_config_dict(RAW_CONFIGS[name])
+        return spec.sliding_window, spec.window_layers, spec.all_layers_windowed
+
+    assert read("bare-mistral") == (4096, tuple(range(32)), True)
+    assert read("mistral-no-window") == (None, (), False)
+    assert read("mixtral-window") == (32, (0, 1), True)
+    assert read("qwen2-window-layers") == (64, (0, 2), False)
+    assert read("qwen3-window-max-layers") == (64, (1,), False)
+    assert read("qwen2-window-off") == (None, (), False)
 
 
 def test_moe_layers_and_experts():
@@ -197,8 +224,8 @@ _MOE = {"architectures": ["Qwen3MoeForCausalLM"], **_SMALL, "num_key_value_heads
     ({"decoder_sparse_step": 0}, r"'decoder_sparse_step' must be a positive integer"),
     ({"mlp_only_layers": "0"}, r"'mlp_only_layers' must be a list of layer indices"),
     ({"norm_topk_prob": 1}, r"'norm_topk_prob' must be true or false"),
-    ({"architectures": ["MixtralForCausalLM"], "sliding_window": 64},
-     r"sliding-window attention \(sliding_window=64\) is not supported for Mixtral"),
+    ({"use_sliding_window": True, "sliding_window": "8"},
+     r"'sliding_window' must be a positive integer or null, got '8'"),
 ])
 def test_bad_moe_values_are_named(changes, message):
     with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
@@ -217,13 +244,15 @@ def _raw(**changes) -> dict:
     ({"rms_norm_eps": -1}, r"'rms_norm_eps' must be a positive number, got -1"),
     ({"tie_word_embeddings": "yes"}, r"'tie_word_embeddings' must be true or false"),
     ({"architectures": "LlamaForCausalLM"}, r"'architectures' must be a list of strings"),
-    ({"architectures": ["MistralForCausalLM"]},
-     r"unsupported model architecture \['MistralForCausalLM'\]; supported: "),
+    ({"architectures": ["FalconForCausalLM"]},
+     r"unsupported model architecture \['FalconForCausalLM'\]; supported: "),
     ({"num_key_value_heads": 3}, r"num_attention_heads \(4\) must be a multiple of "
                                  r"num_key_value_heads \(3\)"),
     ({"hidden_act": "gelu"}, r"hidden_act 'gelu' is not supported"),
     ({"model_type": ["llama"], "architectures": []}, r"unsupported model architecture"),
-    ({"use_sliding_window": True}, r"sliding-window attention"),
+    ({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": True,
+      "num_key_value_heads": 2, "max_window_layers": -1},
+     r"'max_window_layers' must be a non-negative integer"),
     ({"rope_parameters": [1, 2]}, r"'rope_parameters' must be an object"),
     ({"rope_theta": "big"}, r"'rope_theta' must be a positive number, got 'big'"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},

@@ -137,6 +137,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(spec, tp, dtype, device)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype,
                                                 device)
+        self.windowed = index in spec.window_layers  # attends with meta.windowed
         self.mlp: MLP | SparseMoE = MLP(spec, tp, dtype, device)
         if index in spec.moe_layers:
             self.mlp = SparseMoE(spec.hidden_size, spec.moe_intermediate_size, spec.num_experts,
@@ -189,9 +190,15 @@ class CausalLM(nn.Module):
                              f"{self.tp.size}")
         h = self.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, attn_metadata)
+        windowed = attn_metadata.windowed
+        if windowed is None and self.spec.window_layers:
+            raise ValueError(f"this model has sliding-window layers (window "
+                             f"{self.spec.sliding_window}): build the attention metadata with "
+                             f"sliding_window={self.spec.sliding_window}")
         residual: torch.Tensor | None = None
         for layer, cache in zip(self.layers, kv_caches, strict=True):
-            h, residual = layer(h, residual, cos, sin, attn_metadata, cache)
+            meta = windowed if layer.windowed and windowed is not None else attn_metadata
+            h, residual = layer(h, residual, cos, sin, meta, cache)
         h, _ = self.norm.add_forward(h, residual)
         return h
 

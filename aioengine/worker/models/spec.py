@@ -26,12 +26,14 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "MixtralForCausalLM": "mixtral",
     "Phi3ForCausalLM": "phi3",
+    "MistralForCausalLM": "mistral",
 }
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
-                "mixtral": "mixtral", "phi3": "phi3"}
+                "mixtral": "mixtral", "phi3": "phi3", "mistral": "mistral"}
 
 _QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
-         "max_position_embeddings": 32768, "use_sliding_window": False}
+         "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096,
+         "max_window_layers": 28}
 # The transformers config class defaults, by ``model_type`` (as AutoConfig picks the class).
 # ``None`` means "derived": kv heads = attention heads, head_dim = hidden_size // heads.
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -46,6 +48,8 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "mixtral": {"vocab_size": 32000, "intermediate_size": 14336, "num_key_value_heads": 8,
                 "max_position_embeddings": 131072, "head_dim": None, "rms_norm_eps": 1e-5,
                 "rope_theta": 1e6, "num_local_experts": 8, "num_experts_per_tok": 2},
+    "mistral": {"vocab_size": 32000, "intermediate_size": 14336, "num_key_value_heads": 8,
+                "max_position_embeddings": 131072, "head_dim": None, "sliding_window": 4096},
     "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
              "num_key_value_heads": None, "max_position_embeddings": 4096, "head_dim": None,
              "rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096},
@@ -110,6 +114,15 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False
     moe_layers: tuple[int, ...] = ()
+    # Sliding-window attention: the layers (all, or Qwen2's upper ones) where the query at
+    # position p sees keys p - sliding_window + 1 .. p only.
+    sliding_window: int | None = None
+    window_layers: tuple[int, ...] = ()
+
+    @property
+    def all_layers_windowed(self) -> bool:
+        """KV blocks wholly before every window can be freed (no layer reads them)."""
+        return len(self.window_layers) == self.num_layers
 
     @classmethod
     def from_config_dict(cls, raw: Mapping[str, Any], source: str = "config.json"
@@ -199,16 +212,6 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
     act = get("hidden_act") or "silu"
     if act != "silu":
         raise ValueError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
-    window = get("sliding_window")
-    if family == "phi3" and window is not None and window < get("max_position_embeddings"):
-        raise ValueError(f"{source}: sliding-window attention (sliding_window={window!r}) is "
-                         "not supported for Phi-3")
-    if get("use_sliding_window"):
-        raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is "
-                         "not supported")
-    if family == "mixtral" and get("sliding_window") is not None:
-        raise ValueError(f"{source}: sliding-window attention (sliding_window="
-                         f"{get('sliding_window')!r}) is not supported for Mixtral")
     heads = get("num_attention_heads")
     kv_heads = get("num_key_value_heads") or heads
     if heads % kv_heads:
@@ -236,7 +239,37 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
         tie_word_embeddings=bool(get("tie_word_embeddings")),
         checkpoint_dtype=None if dtype is None else str(dtype).removeprefix("torch."),
         **moe,
+        **window_fields(get, family, source),
     )
+
+
+def window_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
+    """The sliding window and its layers, as transformers reads them per family."""
+    layers = get("num_hidden_layers")
+    if family in ("qwen2", "qwen3", "qwen3_moe") and not get("use_sliding_window"):
+        return {}
+    window = get("sliding_window")
+    if window is None or family == "llama":
+        return {}
+    if not _is_int(window) or window < 1:
+        raise ValueError(f"{source}: 'sliding_window' must be a positive integer or null, got "
+                         f"{window!r}")
+    if family not in ("qwen2", "qwen3"):
+        return {"sliding_window": window, "window_layers": tuple(range(layers))}
+    types = get("layer_types")
+    if types is None:
+        first = get("max_window_layers")
+        if not _is_int(first) or first < 0:
+            raise ValueError(f"{source}: 'max_window_layers' must be a non-negative integer, "
+                             f"got {first!r}")
+        return {"sliding_window": window, "window_layers": tuple(range(first, layers))}
+    kinds = ("full_attention", "sliding_attention")
+    if (not isinstance(types, list | tuple) or len(types) != layers
+            or not all(t in kinds for t in types)):
+        raise ValueError(f"{source}: 'layer_types' must list {layers} of {list(kinds)}, got "
+                         f"{types!r}")
+    return {"sliding_window": window,
+            "window_layers": tuple(i for i, t in enumerate(types) if t == "sliding_attention")}
 
 
 _ATTN_BIAS = ("llama", "qwen3", "qwen3_moe")  # families whose attention_bias flag is honoured
