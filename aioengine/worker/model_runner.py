@@ -102,7 +102,8 @@ class ModelRunner:
             chunks.append((0, n, list(range(first, first + b))))
             first += b
         with torch.inference_mode():
-            meta = build_attention_metadata(chunks, cfg.block_size, self.device)
+            meta = build_attention_metadata(chunks, cfg.block_size, self.device,
+                                            sliding_window=self.spec.sliding_window)
             ids = torch.zeros(total, dtype=torch.long, device=self.device)
             hidden = self.model(ids, meta.positions, meta, caches)
             rows = min(cfg.max_num_seqs, total)
@@ -156,7 +157,8 @@ class ModelRunner:
         self._check_ids(step.step_id, input_ids, max_block)
 
         meta = build_attention_metadata(layout, self.config.block_size, self.device,
-                                        decode_kernel=self.decode_kernel)
+                                        decode_kernel=self.decode_kernel,
+                                        sliding_window=self.spec.sliding_window)
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         hidden = self.model(ids, meta.positions, meta, self.kv_caches)
         if not sample_rows:

@@ -27,8 +27,9 @@ class Driver:
     greedily appending a token whenever a chunk reaches the end of a sequence."""
 
     def __init__(self, model: Any, hf_config: Any, block_size: int, num_blocks: int = 200,
-                 seed: int = 0) -> None:
+                 seed: int = 0, decode_kernel: Any = None) -> None:
         self.model = model
+        self.decode_kernel = decode_kernel
         self.block_size = block_size
         self.caches = allocate_kv_cache(hf_config, num_blocks, block_size, model.dtype, "cpu",
                                         tp_size=model.tp.size)
@@ -51,7 +52,9 @@ class Driver:
                 seq.blocks.append(self.free.pop())
             chunks.append((start, num, seq.blocks))
             ids.extend(seq.tokens[start:start + num])
-        meta = build_attention_metadata(chunks, self.block_size)
+        meta = build_attention_metadata(chunks, self.block_size,
+                                        sliding_window=self.model.spec.sliding_window,
+                                        decode_kernel=self.decode_kernel)
         hidden = self.model(torch.tensor(ids), meta.positions, meta, self.caches)
         logits = self.model.compute_logits(hidden)
         row = 0

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    MixtralConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+    Qwen3MoeConfig,
+)
 
 _BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
@@ -28,6 +37,30 @@ VARIANTS: dict[str, tuple[type, dict[str, Any]]] = {
                                 tie_word_embeddings=True, num_key_value_heads=1)),
     "qwen3": (Qwen3Config, dict(_BASE, architectures=["Qwen3ForCausalLM"], head_dim=32,
                                 tie_word_embeddings=False)),
+    # Layers 0 and 2 sparse (8 experts, top 3, renormalised), layer 1 dense (mlp_only_layers).
+    "qwen3-moe": (Qwen3MoeConfig, dict(
+        _BASE, architectures=["Qwen3MoeForCausalLM"], head_dim=16, num_hidden_layers=3,
+        moe_intermediate_size=32, num_experts=8, num_experts_per_tok=3, norm_topk_prob=True,
+        mlp_only_layers=[1], tie_word_embeddings=False)),
+    "mixtral": (MixtralConfig, dict(_BASE, architectures=["MixtralForCausalLM"],
+                                    num_local_experts=4, num_experts_per_tok=2,
+                                    tie_word_embeddings=False)),
+    # A window of 7 keys: far shorter than the schedule's sequences (up to ~60 tokens).
+    "mistral": (MistralConfig, dict(_BASE, architectures=["MistralForCausalLM"], head_dim=16,
+                                    sliding_window=7, tie_word_embeddings=False)),
+    # Qwen2 with use_sliding_window: layers from max_window_layers=1 on windowed, layer 0 full.
+    "qwen2-window": (Qwen2Config, dict(_BASE, architectures=["Qwen2ForCausalLM"],
+                                       tie_word_embeddings=True, use_sliding_window=True,
+                                       sliding_window=9, max_window_layers=1)),
+    # Phi-4-mini style: longrope with 3/4 of each head rotated; original context 128 (the
+    # parity schedule stays on the short factors; test_phi3_longrope crosses it).
+    "phi3": (Phi3Config, dict(
+        _BASE, architectures=["Phi3ForCausalLM"], tie_word_embeddings=True,
+        num_attention_heads=2, num_key_value_heads=1, partial_rotary_factor=0.75,
+        pad_token_id=None, eos_token_id=None,
+        original_max_position_embeddings=128, rope_scaling={
+            "type": "longrope", "short_factor": [1.0 + 0.1 * i for i in range(12)],
+            "long_factor": [2.0 + 0.5 * i for i in range(12)]})),
 }
 
 

@@ -157,6 +157,35 @@ def test_paged_attention_with_kernel_matches_sdpa_path(kernel, seed):
     assert torch.equal(cache_a, cache_b)
 
 
+def test_sliding_window_reads_only_the_window(kernel):
+    """Window starts: the kernel equals the float64 reference over the last W keys, and never
+    reads the blocks wholly before the window (their ids here point outside the cache)."""
+    hq, hkv, d, bs, num_blocks = 4, 2, 32, 4, 16
+    gen = torch.Generator().manual_seed(4)
+    cache = torch.randn(2, hkv, num_blocks, bs, d, generator=gen)
+    ctx, window = [13, 6, 9], 5
+    tables = [[99, 98, 2, 3], [4, 5], [7, 8, 9]]  # 99, 98: freed, before the window
+    q = torch.randn(3, hq, d, generator=gen)
+    starts = torch.tensor([max(0, n - window) for n in ctx])
+    table_t = torch.tensor([t + [0] * (4 - len(t)) for t in tables])
+    got = kernel(q, cache, table_t, torch.tensor(ctx), d ** -0.5, torch.empty_like(q), None,
+                 starts)
+    for b, n in enumerate(ctx):
+        first = int(starts[b])
+        blocks = torch.tensor(tables[b][first // bs:-(-n // bs)])
+        kv = cache[:, :, blocks].reshape(2, hkv, -1, d)[:, :, first % bs:first % bs + n - first]
+        k, v = (x.double().repeat_interleave(hq // hkv, 0) for x in kv)
+        scores = torch.einsum("hd,hnd->hn", q[b].double(), k) * d ** -0.5
+        want = torch.einsum("hn,hnd->hd", scores.softmax(-1), v)
+        torch.testing.assert_close(got[b].double(), want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(DecodeKernelError, match="a window start is < 0 or not before"):
+        kernel(q, cache, table_t, torch.tensor(ctx), 1.0, torch.empty_like(q), None,
+               torch.tensor([8, 6, 4]))
+    with pytest.raises(DecodeKernelError, match="a block id is outside the KV cache"):
+        kernel(q, cache, table_t, torch.tensor(ctx), 1.0, torch.empty_like(q), None,
+               torch.tensor([7, 0, 0]))  # block 1 (id 98) is inside this window
+
+
 def test_metadata_for_the_kernel(kernel):
     meta = build_attention_metadata([(7, 1, [1, 2]), (2, 1, [3])], 4, decode_kernel=kernel)
     dec = meta.decode

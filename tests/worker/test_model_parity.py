@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from aioengine.worker.attention.cpu_kernel import load_decode_kernel
 from aioengine.worker.loader import load_model
 from tests.worker.driver import Driver
 from tests.worker.hf_models import VARIANTS, make_hf_model
@@ -23,14 +24,16 @@ def models(request, tmp_path_factory):
     ours, cfg = load_model(path, dtype="float32", device="cpu")
     # Small blocks for some variants (many boundary crossings), the default for others.
     block_size = 4 if request.param.startswith("llama") else 16
-    return request.param, path, hf, ours, cfg, _run_schedule(ours, cfg, block_size)
+    # Mistral decodes with the compiled CPU kernel (its window starts), the others with SDPA.
+    kernel = load_decode_kernel() if request.param == "mistral" else None
+    return request.param, path, hf, ours, cfg, _run_schedule(ours, cfg, block_size, kernel)
 
 
-def _run_schedule(ours, cfg, block_size: int) -> Driver:
+def _run_schedule(ours, cfg, block_size: int, kernel=None) -> Driver:
     gen = torch.Generator().manual_seed(3)
     prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).tolist()
                for n in PROMPT_LENS]
-    d = Driver(ours, cfg, block_size=block_size)
+    d = Driver(ours, cfg, block_size=block_size, decode_kernel=kernel)
     for p in prompts[:4]:
         d.add(p)
     d.step([(0, 13), (1, 10), (3, 8)])  # three fresh prefills: one padded group
@@ -98,4 +101,10 @@ def test_bfloat16_is_close_to_float32(models):
     a = torch.stack([d32.seqs[0].logits[p] for p in range(n)])
     b = torch.stack([d16.seqs[0].logits[p] for p in range(n)])
     assert b.dtype == torch.float32 and torch.isfinite(b).all()
-    assert (a - b).abs().max() < 0.1 * a.abs().max(), variant
+    if ours.spec.moe_layers:
+        # A token whose top-k experts are near-tied may route differently after bfloat16
+        # rounding (transformers too): that row moves, so hold most rows, not every one.
+        close = (a - b).abs().amax(-1) < 0.1 * a.abs().max()
+        assert close.float().mean() >= 0.9, (variant, close.float().mean())
+    else:
+        assert (a - b).abs().max() < 0.1 * a.abs().max(), variant

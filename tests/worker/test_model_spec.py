@@ -4,7 +4,9 @@ and the engine's load path never imports transformers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -55,6 +57,43 @@ RAW_CONFIGS: dict[str, dict] = {
                              "attention_bias": True, "head_dim": 8, "num_key_value_heads": 1},
     "llama-biases": {"model_type": "llama", "architectures": [_ARCH["llama"]], **_SMALL,
                      "attention_bias": True, "mlp_bias": True, "num_key_value_heads": 2},
+    "bare-qwen3_moe": {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"]},
+    "bare-mixtral": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]},
+    # As the released Qwen3-MoE configs spell it: num_experts, every other layer sparse.
+    "qwen3-moe-released": {
+        "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], **_SMALL,
+        "num_hidden_layers": 6, "num_experts": 16, "num_experts_per_tok": 4,
+        "moe_intermediate_size": 24, "norm_topk_prob": True, "decoder_sparse_step": 2,
+        "mlp_only_layers": [3], "num_key_value_heads": 2},
+    # Phi-3-mini-128k (top-level original context) and Phi-4-mini (longrope,
+    # partial rotary, a sliding window as long as the context: a no-op).
+    "phi3-128k": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], **_SMALL,
+                "max_position_embeddings": 4096, "original_max_position_embeddings": 256,
+                "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8,
+                                 "long_factor": [1.5 + i for i in range(8)]}},
+    "phi4-mini": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], **_SMALL,
+                  "num_key_value_heads": 2, "partial_rotary_factor": 0.75,
+                  "max_position_embeddings": 2048, "original_max_position_embeddings": 128,
+                  "sliding_window": 2048, "tie_word_embeddings": True, "rope_scaling": {
+                      "type": "longrope", "short_factor": [1.1] * 6, "long_factor": [3.0] * 6}},
+    "bare-mistral": {"model_type": "mistral", "architectures": ["MistralForCausalLM"]},
+    "mistral-no-window": {"model_type": "mistral", "architectures": ["MistralForCausalLM"],
+                          **_SMALL, "num_key_value_heads": 2, "sliding_window": None},
+    "mixtral-window": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+                       **_SMALL, "num_key_value_heads": 2, "sliding_window": 32},
+    "qwen2-window-layers": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                            **_SMALL, "num_key_value_heads": 2, "use_sliding_window": True,
+                            "sliding_window": 64, "num_hidden_layers": 3,
+                            "layer_types": ["sliding_attention", "full_attention",
+                                            "sliding_attention"]},
+    "qwen3-window-max-layers": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
+                                **_SMALL, "num_key_value_heads": 2, "use_sliding_window": True,
+                                "sliding_window": 64, "max_window_layers": 1},
+    "qwen2-window-off": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
+                         **_SMALL, "num_key_value_heads": 2, "sliding_window": 64},
+    "bare-phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]},
+    "mixtral-small": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], **_SMALL,
+                      "num_local_experts": 4, "num_experts_per_tok": 1, "num_key_value_heads": 2},
 }
 
 
@@ -110,6 +149,89 @@ def test_defaults_are_the_families_own():
     assert spec.rope.original_max_position == 1024 and spec.rope.theta == 20000.0
 
 
+def test_phi3_rope():
+    spec = ModelSpec.from_config_dict(RAW_CONFIGS["phi4-mini"])
+    rope = spec.rope
+    assert (rope.rope_type, rope.original_max_position, rope.partial_rotary_factor,
+            rope.rotary_dim(spec.head_dim), rope.factor) == ("longrope", 128, 0.75, 12, 16.0)
+    assert rope.attention_factor == pytest.approx((1 + math.log(16) / math.log(128)) ** 0.5)
+    assert rope.long_factor == (3.0,) * 6
+    raw = RAW_CONFIGS["phi3-128k"]
+    long = ModelSpec.from_config_dict(raw).rope
+    assert long.rope_type == "longrope" and long.original_max_position == 256
+    # The older "su" spelling (transformers 5.24 itself no longer reads it: no oracle).
+    su = ModelSpec.from_config_dict({**raw, "rope_scaling": {**raw["rope_scaling"],
+                                                              "type": "su"}}).rope
+    assert su == long
+
+
+_PHI3 = {"architectures": ["Phi3ForCausalLM"], **_SMALL, "max_position_embeddings": 512,
+         "original_max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 7, "long_factor": [1.0] * 8}},
+     r"longrope RoPE needs 'short_factor' as 8 positive numbers"),
+    ({"rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8}},
+     r"longrope RoPE needs 'long_factor' as 8 positive numbers .* got None"),
+    ({"sliding_window": 0}, r"'sliding_window' must be a positive integer or null, got 0"),
+    ({"partial_rotary_factor": 1.5}, r"partial rotary embeddings \(partial_rotary_factor=1\.5\)"),
+    ({"architectures": ["LlamaForCausalLM"], "rope_scaling": {
+        "type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8}},
+     r"rope type 'longrope' is supported for Phi-3 only"),
+])
+def test_bad_phi3_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
+        ModelSpec.from_config_dict({**_PHI3, **changes}, source="cfg.json")
+
+
+def test_sliding_windows():
+    def read(name):
+        spec = ModelSpec.from_config_dict(RAW_CONFIGS[name])
+        return spec.sliding_window, spec.window_layers, spec.all_layers_windowed
+
+    assert read("bare-mistral") == (4096, tuple(range(32)), True)
+    assert read("mistral-no-window") == (None, (), False)
+    assert read("mixtral-window") == (32, (0, 1), True)
+    assert read("qwen2-window-layers") == (64, (0, 2), False)
+    assert read("qwen3-window-max-layers") == (64, (1,), False)
+    assert read("qwen2-window-off") == (None, (), False)
+
+
+def test_moe_layers_and_experts():
+    spec = ModelSpec.from_config_dict(RAW_CONFIGS["qwen3-moe-released"])
+    assert spec.moe_layers == (1, 5)  # (i + 1) % 2 == 0, minus mlp_only_layers [3]
+    assert (spec.num_experts, spec.num_experts_per_tok, spec.moe_intermediate_size,
+            spec.norm_topk_prob, spec.qk_norm) == (16, 4, 24, True, True)
+    bare = ModelSpec.from_config_dict(RAW_CONFIGS["bare-qwen3_moe"])
+    assert (bare.num_experts, bare.num_experts_per_tok, len(bare.moe_layers)) == (128, 8, 24)
+    mixtral = ModelSpec.from_config_dict(RAW_CONFIGS["mixtral-small"])
+    assert mixtral.moe_layers == (0, 1) and mixtral.norm_topk_prob
+    assert mixtral.moe_intermediate_size == 96 and not mixtral.qk_norm
+    spec.check_tp(2)
+    with pytest.raises(ValueError, match="moe_intermediate_size"):
+        dataclasses.replace(spec, moe_intermediate_size=25).check_tp(2)
+
+
+_MOE = {"architectures": ["Qwen3MoeForCausalLM"], **_SMALL, "num_key_value_heads": 2}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"num_experts": 0}, r"'num_experts' must be a positive integer, got 0"),
+    ({"num_experts": 4, "num_experts_per_tok": 5},
+     r"num_experts_per_tok \(5\) exceeds num_experts \(4\)"),
+    ({"moe_intermediate_size": None}, r"'moe_intermediate_size' must be a positive integer"),
+    ({"decoder_sparse_step": 0}, r"'decoder_sparse_step' must be a positive integer"),
+    ({"mlp_only_layers": "0"}, r"'mlp_only_layers' must be a list of layer indices"),
+    ({"norm_topk_prob": 1}, r"'norm_topk_prob' must be true or false"),
+    ({"use_sliding_window": True, "sliding_window": "8"},
+     r"'sliding_window' must be a positive integer or null, got '8'"),
+])
+def test_bad_moe_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
+        ModelSpec.from_config_dict({**_MOE, **changes}, source="cfg.json")
+
+
 def _raw(**changes) -> dict:
     return {"architectures": ["LlamaForCausalLM"], **_SMALL, **changes}
 
@@ -122,17 +244,20 @@ def _raw(**changes) -> dict:
     ({"rms_norm_eps": -1}, r"'rms_norm_eps' must be a positive number, got -1"),
     ({"tie_word_embeddings": "yes"}, r"'tie_word_embeddings' must be true or false"),
     ({"architectures": "LlamaForCausalLM"}, r"'architectures' must be a list of strings"),
-    ({"architectures": ["MistralForCausalLM"]},
-     r"unsupported model architecture \['MistralForCausalLM'\]; supported: "),
+    ({"architectures": ["FalconForCausalLM"]},
+     r"unsupported model architecture \['FalconForCausalLM'\]; supported: "),
     ({"num_key_value_heads": 3}, r"num_attention_heads \(4\) must be a multiple of "
                                  r"num_key_value_heads \(3\)"),
     ({"hidden_act": "gelu"}, r"hidden_act 'gelu' is not supported"),
     ({"model_type": ["llama"], "architectures": []}, r"unsupported model architecture"),
-    ({"use_sliding_window": True}, r"sliding-window attention"),
+    ({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": True,
+      "num_key_value_heads": 2, "max_window_layers": -1},
+     r"'max_window_layers' must be a non-negative integer"),
     ({"rope_parameters": [1, 2]}, r"'rope_parameters' must be an object"),
     ({"rope_theta": "big"}, r"'rope_theta' must be a positive number, got 'big'"),
     ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-     r"rope type 'dynamic' is not supported; supported: \['default', 'linear', 'llama3'\]"),
+     r"rope type 'dynamic' is not supported; supported: \['default', 'linear', 'llama3', "
+     r"'longrope'\]"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0}},
      r"llama3 RoPE needs a positive 'low_freq_factor', got missing"),
     ({"rope_parameters": {"rope_type": "linear"}}, r"linear RoPE needs a positive 'factor'"),

@@ -66,6 +66,7 @@ class DecodeGroup:
     kernel: PagedDecodeKernel | None = None
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int64, with the kernel
     context_lens: torch.Tensor | None = None  # [B] int64, with the kernel
+    window_starts: torch.Tensor | None = None  # [B] int64 first key, sliding window + kernel
 
 
 @dataclass
@@ -76,7 +77,8 @@ class PrefillGroup:
     them padded to ``[P, max_q]``; ``valid_rows`` picks the real rows of that padded
     layout and ``out_index`` says where each goes in the flat batch.
     ``blocks`` is None for a lone chunk starting at position 0: its keys are exactly its own
-    fresh k/v (just written to the cache), so it attends to them directly with a causal mask.
+    fresh k/v (just written to the cache), so it attends to them directly with a causal mask
+    (``mask`` ``[n, n]`` bool when a sliding window cuts it, else None: SDPA's is_causal).
     """
 
     num_seqs: int
@@ -102,20 +104,40 @@ class AttentionMetadata:
     last_token_index: torch.Tensor  # [N] flat row of each chunk's last token
     decode: DecodeGroup | None
     prefills: list[PrefillGroup]
+    # With ``sliding_window=W``: the same step for layers where the query at position p sees
+    # only keys p - W + 1 .. p (its decode and prefill groups; positions and slots shared).
+    windowed: AttentionMetadata | None = None
 
 
 def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
                              device: torch.device | str = "cpu", *,
                              bucket_cost: int = DECODE_BUCKET_COST,
                              span_min_keys: int | None = -1,
-                             decode_kernel: PagedDecodeKernel | None = None) -> AttentionMetadata:
+                             decode_kernel: PagedDecodeKernel | None = None,
+                             sliding_window: int | None = None) -> AttentionMetadata:
     """Validate the chunks and precompute every index and mask a forward pass needs.
     ``decode_kernel``: attend every decode with this compiled CPU kernel (see ``cpu_kernel``;
     CPU only), so no spans or buckets are built.
     ``bucket_cost``: see ``decode_buckets`` (0 splits decodes at every distinct length).
     ``span_min_keys``: shortest decode context attended as a span; None: never (gather every
     decode); -1: ``DECODE_SPAN_MIN_KEYS`` on CPU, never elsewhere (on a GPU a gather is cheap
-    next to one more kernel launch per sequence)."""
+    next to one more kernel launch per sequence).
+    ``sliding_window``: also build ``windowed`` (see AttentionMetadata)."""
+    if sliding_window is not None:
+        if sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1, got {sliding_window}")
+        meta = build_attention_metadata(chunks, block_size, "cpu", bucket_cost=bucket_cost,
+                                        span_min_keys=span_min_keys,
+                                        decode_kernel=decode_kernel)
+        meta.windowed = _build(chunks, block_size, bucket_cost, None, decode_kernel,
+                               sliding_window)
+        return meta if torch.device(device).type == "cpu" else _to_device(meta, device)
+    return _build(chunks, block_size, bucket_cost, span_min_keys, decode_kernel, None, device)
+
+
+def _build(chunks: Sequence[Chunk], block_size: int, bucket_cost: int,
+           span_min_keys: int | None, decode_kernel: PagedDecodeKernel | None,
+           window: int | None, device: torch.device | str = "cpu") -> AttentionMetadata:
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
     if bucket_cost < 0:
@@ -174,18 +196,22 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
     decode = None
     if decode_ids and decode_kernel is not None:
         decode = _kernel_decode_group(decode_ids, total, qsl, table_t, ctx_t, decode_kernel)
+        if window is not None:
+            assert decode.context_lens is not None
+            decode.window_starts = (decode.context_lens - window).clamp(min=0)
     elif decode_ids:
         span_ids: list[int] = []
-        if span_min_keys is not None:
+        if span_min_keys is not None and window is None:
             span_ids = [i for i in decode_ids if ctxs[i] >= span_min_keys and _is_run(tables[i])]
             if span_ids:
                 spanned = set(span_ids)
                 decode_ids = [i for i in decode_ids if i not in spanned]
         buckets = decode_buckets(decode_ids, [-(-c // block_size) for c in ctxs], block_size,
                                  bucket_cost)
-        decode = _decode_group(span_ids, buckets, ctxs, total, qsl, table_t, ctx_t, block_size)
+        decode = _decode_group(span_ids, buckets, ctxs, total, qsl, table_t, ctx_t, block_size,
+                               window)
         decode.spans = [(tables[i][0] * block_size, ctxs[i]) for i in span_ids]
-    prefills = [_prefill_group(g, starts, lens, qsl, table_t, ctx_t, block_size)
+    prefills = [_prefill_group(g, starts, lens, qsl, table_t, ctx_t, block_size, window)
                 for g in _group_prefills(prefill_ids, starts, lens)]
 
     meta = AttentionMetadata(
@@ -224,7 +250,7 @@ def _kernel_decode_group(ids: list[int], total: int, qsl: torch.Tensor, tables: 
 
 def _decode_group(span_ids: list[int], buckets: list[list[int]], ctxs: list[int], total: int,
                   qsl: torch.Tensor, tables: torch.Tensor, ctx: torch.Tensor,
-                  block_size: int) -> DecodeGroup:
+                  block_size: int, window: int | None = None) -> DecodeGroup:
     """Tables and lengths permuted into bucket order once; each bucket slices them."""
     order = span_ids + [i for b in buckets for i in b]
     if order == list(range(len(order))):  # also when every chunk is a decode, in order
@@ -241,7 +267,10 @@ def _decode_group(span_ids: list[int], buckets: list[list[int]], ctxs: list[int]
         n = len(b)
         nb = -(-max(ctxs[i] for i in b) // block_size)
         hi = lo + n
-        mask = torch.where(keys[:nb * block_size] < ctx[lo:hi, None], attend, skip)
+        seen = keys[:nb * block_size] < ctx[lo:hi, None]
+        if window is not None:  # the query at ctx - 1 sees keys ctx - window .. ctx - 1
+            seen &= keys[:nb * block_size] >= ctx[lo:hi, None] - window
+        mask = torch.where(seen, attend, skip)
         out.append(DecodeBucket(lo, hi, tables[lo:hi, :nb], mask.view(n, 1, 1, -1)))
         lo = hi
     rows = None if idx is None and len(order) == total else qsl[order]
@@ -260,13 +289,18 @@ def _group_prefills(ids: list[int], starts: list[int], lens: list[int]) -> list[
 
 
 def _prefill_group(ids: list[int], starts: list[int], lens: list[int], qsl: torch.Tensor,
-                   tables: torch.Tensor, ctx: torch.Tensor, block_size: int) -> PrefillGroup:
+                   tables: torch.Tensor, ctx: torch.Tensor, block_size: int,
+                   window: int | None = None) -> PrefillGroup:
     if len(ids) == 1:
         i = ids[0]
         begin = int(qsl[i])
         span = (begin, begin + lens[i])
         if starts[i] == 0:
-            return PrefillGroup(1, lens[i], span, None, None, None, None, None)
+            own = None
+            if window is not None and lens[i] > window:
+                r = torch.arange(lens[i])
+                own = (r[None, :] <= r[:, None]) & (r[None, :] > r[:, None] - window)
+            return PrefillGroup(1, lens[i], span, None, None, None, None, own)
     # (one chunk over a cached prefix, or several chunks: keys come from the cache)
     idx = torch.tensor(ids, dtype=torch.long)
     lens_g = torch.tensor([lens[i] for i in ids], dtype=torch.long)
@@ -279,7 +313,10 @@ def _prefill_group(ids: list[int], starts: list[int], lens: list[int], qsl: torc
     # which would give NaN), and are dropped afterwards.
     limit = torch.where(valid, starts_g[:, None] + rows[None, :], 0)
     keys = torch.arange(blocks.shape[1] * block_size)
-    mask = (keys[None, None, :] <= limit[:, :, None]).unsqueeze(1)
+    mask = keys[None, None, :] <= limit[:, :, None]
+    if window is not None:
+        mask &= keys[None, None, :] > limit[:, :, None] - window
+    mask = mask.unsqueeze(1)
     if len(ids) == 1:
         return PrefillGroup(1, max_q, span, None, None, None, blocks, mask)
     token_index = torch.where(valid, qsl[idx][:, None] + rows[None, :], 0).reshape(-1)
@@ -297,6 +334,7 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
         decode = DecodeGroup(mv(decode.token_index), [
             DecodeBucket(b.lo, b.hi, mv(b.blocks), mv(b.mask)) for b in decode.buckets],
             decode.spans)
+    windowed = None if meta.windowed is None else _to_device(meta.windowed, device)
     prefills = [PrefillGroup(g.num_seqs, g.max_q, g.token_slice, mv(g.token_index),
                              mv(g.valid_rows), mv(g.out_index), mv(g.blocks), mv(g.mask))
                 for g in meta.prefills]
@@ -305,4 +343,4 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
         positions=mv(meta.positions), slot_mapping=mv(meta.slot_mapping),
         query_start_loc=mv(meta.query_start_loc), context_lens=mv(meta.context_lens),
         block_tables=mv(meta.block_tables), last_token_index=mv(meta.last_token_index),
-        decode=decode, prefills=prefills)
+        decode=decode, prefills=prefills, windowed=windowed)

@@ -50,7 +50,8 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
         # Reads the decode rows of q and writes those of out in place: no gather, no scatter.
         assert dec.block_tables is not None and dec.context_lens is not None
         out = dec.kernel(q, kv_cache, dec.block_tables, dec.context_lens, scale,
-                         torch.empty(q.shape, dtype=q.dtype), dec.token_index)
+                         torch.empty(q.shape, dtype=q.dtype), dec.token_index,
+                         dec.window_starts)
         dec = None
     elif dec is not None and dec.token_index is None:  # pure decode step in order: no scatter
         return _decode(q, kv_cache, dec, scale)
@@ -113,7 +114,8 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.
         if group.blocks is None:  # fresh sequence: its keys are this chunk's own k/v
             keys = k[lo:hi].transpose(0, 1).unsqueeze(0)
             values = v[lo:hi].transpose(0, 1).unsqueeze(0)
-            res = F.scaled_dot_product_attention(qs, keys, values, is_causal=True, scale=scale,
+            res = F.scaled_dot_product_attention(qs, keys, values, attn_mask=group.mask,
+                                                 is_causal=group.mask is None, scale=scale,
                                                  enable_gqa=gqa)
         else:
             kv = _gather(kv_cache, group.blocks)

@@ -11,6 +11,7 @@ from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
 from aioengine.worker.models.layers import RMSNorm, silu_and_mul
+from aioengine.worker.models.moe import DOWN, GATE, UP, SparseMoE
 from aioengine.worker.models.rope import RotaryEmbedding, apply_rope
 from aioengine.worker.models.spec import ModelSpec
 from aioengine.worker.parallel import (
@@ -37,9 +38,15 @@ class WeightTarget:
     module: Loadable
     part: int = 0
     is_bias: bool = False
+    # A checkpoint tensor holding several parts one after another (Phi-3's qkv_proj and
+    # gate_up_proj): these parts, loaded from consecutive row ranges.
+    fused: tuple[int, ...] = ()
 
     @property
     def full_shape(self) -> tuple[int, ...]:
+        if self.fused:
+            shapes = [self.module.full_shape(p, self.is_bias) for p in self.fused]
+            return (sum(s[0] for s in shapes), *shapes[0][1:])
         return self.module.full_shape(self.part, self.is_bias)
 
     @property
@@ -47,7 +54,33 @@ class WeightTarget:
         return isinstance(self.module, RMSNorm)
 
     def load(self, src: Any) -> None:
-        self.module.load(src, self.part, self.is_bias)
+        offset = 0
+        for part in self.fused:
+            rows = self.module.full_shape(part, self.is_bias)[0]
+            self.module.load(_Rows(src, offset, rows), part, self.is_bias)
+            offset += rows
+        if not self.fused:
+            self.module.load(src, self.part, self.is_bias)
+
+
+class _Rows:
+    """Rows ``[offset, offset + rows)`` of a source, sliced lazily (only what a rank needs is
+    read from a safetensors file)."""
+
+    def __init__(self, src: Any, offset: int, rows: int) -> None:
+        self.src, self.offset, self.rows = src, offset, rows
+
+    def get_shape(self) -> list[int]:
+        shape = list(self.src.shape if isinstance(self.src, torch.Tensor)
+                     else self.src.get_shape())
+        return [self.rows, *shape[1:]]
+
+    def __getitem__(self, key: Any) -> Any:
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if not isinstance(first, slice) or first.step not in (None, 1):
+            raise TypeError(f"fused rows take a plain row slice, got {key!r}")
+        start, stop, _ = first.indices(self.rows)
+        return self.src[(slice(self.offset + start, self.offset + stop), *rest)]
 
 
 class Attention(nn.Module):
@@ -98,13 +131,18 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
     def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
-                 device: torch.device | str) -> None:
+                 device: torch.device | str, index: int) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
         self.self_attn = Attention(spec, tp, dtype, device)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype,
                                                 device)
-        self.mlp = MLP(spec, tp, dtype, device)
+        self.windowed = index in spec.window_layers  # attends with meta.windowed
+        self.mlp: MLP | SparseMoE = MLP(spec, tp, dtype, device)
+        if index in spec.moe_layers:
+            self.mlp = SparseMoE(spec.hidden_size, spec.moe_intermediate_size, spec.num_experts,
+                                 spec.num_experts_per_tok, spec.norm_topk_prob, tp, dtype,
+                                 device)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor,
                 sin: torch.Tensor, meta: AttentionMetadata,
@@ -130,8 +168,8 @@ class CausalLM(nn.Module):
         self.device = torch.device(device)
         self.embed_tokens = VocabParallelEmbedding(spec.vocab_size, spec.hidden_size, tp, dtype,
                                                    device)
-        self.layers = nn.ModuleList(DecoderLayer(spec, tp, dtype, device)
-                                    for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(spec, tp, dtype, device, i)
+                                    for i in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
         self.lm_head = None if spec.tie_word_embeddings else ParallelLMHead(
             spec.vocab_size, spec.hidden_size, tp, dtype, device)
@@ -151,10 +189,16 @@ class CausalLM(nn.Module):
                              f"rank's {heads} kv heads: allocate it with tp_size="
                              f"{self.tp.size}")
         h = self.embed_tokens(input_ids)
-        cos, sin = self.rotary.cos_sin(positions)
+        cos, sin = self.rotary.cos_sin(positions, attn_metadata)
+        windowed = attn_metadata.windowed
+        if windowed is None and self.spec.window_layers:
+            raise ValueError(f"this model has sliding-window layers (window "
+                             f"{self.spec.sliding_window}): build the attention metadata with "
+                             f"sliding_window={self.spec.sliding_window}")
         residual: torch.Tensor | None = None
         for layer, cache in zip(self.layers, kv_caches, strict=True):
-            h, residual = layer(h, residual, cos, sin, attn_metadata, cache)
+            meta = windowed if layer.windowed and windowed is not None else attn_metadata
+            h, residual = layer(h, residual, cos, sin, meta, cache)
         h, _ = self.norm.add_forward(h, residual)
         return h
 
@@ -176,6 +220,14 @@ class CausalLM(nn.Module):
             targets[pre + "input_layernorm.weight"] = WeightTarget(layer.input_layernorm)
             targets[pre + "post_attention_layernorm.weight"] = WeightTarget(
                 layer.post_attention_layernorm)
+            if spec.family == "phi3":  # fused in the checkpoint too, no biases
+                targets[pre + "self_attn.qkv_proj.weight"] = WeightTarget(
+                    attn.qkv_proj, fused=(0, 1, 2))
+                targets[pre + "self_attn.o_proj.weight"] = WeightTarget(attn.o_proj)
+                targets[pre + "mlp.gate_up_proj.weight"] = WeightTarget(
+                    mlp.gate_up_proj, fused=(0, 1))
+                targets[pre + "mlp.down_proj.weight"] = WeightTarget(mlp.down_proj)
+                continue
             for part, name in enumerate(("q_proj", "k_proj", "v_proj")):
                 targets[f"{pre}self_attn.{name}.weight"] = WeightTarget(attn.qkv_proj, part)
                 if spec.qkv_bias:
@@ -187,6 +239,9 @@ class CausalLM(nn.Module):
             if attn.q_norm is not None and attn.k_norm is not None:
                 targets[pre + "self_attn.q_norm.weight"] = WeightTarget(attn.q_norm)
                 targets[pre + "self_attn.k_norm.weight"] = WeightTarget(attn.k_norm)
+            if isinstance(mlp, SparseMoE):
+                targets.update(_expert_targets(pre, mlp, spec.family))
+                continue
             for part, name in enumerate(("gate_proj", "up_proj")):
                 targets[f"{pre}mlp.{name}.weight"] = WeightTarget(mlp.gate_up_proj, part)
                 if spec.mlp_bias:
@@ -201,3 +256,15 @@ class CausalLM(nn.Module):
         if name.endswith("rotary_emb.inv_freq"):  # old checkpoints saved the RoPE buffer
             return True
         return name == "lm_head.weight" and self.lm_head is None  # tied: same as embeddings
+
+
+def _expert_targets(pre: str, moe: SparseMoE, family: str) -> dict[str, WeightTarget]:
+    if family == "mixtral":
+        pre, names = pre + "block_sparse_moe.", {GATE: "w1", UP: "w3", DOWN: "w2"}
+    else:
+        pre, names = pre + "mlp.", {GATE: "gate_proj", UP: "up_proj", DOWN: "down_proj"}
+    targets = {pre + "gate.weight": WeightTarget(moe.gate)}
+    for e in range(moe.num_experts):
+        for which, name in names.items():
+            targets[f"{pre}experts.{e}.{name}.weight"] = WeightTarget(moe, e * 3 + which)
+    return targets

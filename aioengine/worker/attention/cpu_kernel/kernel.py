@@ -20,11 +20,12 @@ _ERRORS = {
     -3: "out of memory for the score scratch",
     -4: "bad head counts or sizes",
     -5: "a row index is outside q/out",
+    -6: "a window start is < 0 or not before its context length",
 }
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
-_ARGTYPES = (_P, _I, _P, _I, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, ctypes.c_float)
+_ARGTYPES = (_P, _I, _P, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, ctypes.c_float)
 
 
 class DecodeKernelError(ValueError):
@@ -50,12 +51,15 @@ class PagedDecodeKernel:
 
     def __call__(self, q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
                  context_lens: torch.Tensor, scale: float, out: torch.Tensor,
-                 rows: torch.Tensor | None = None) -> torch.Tensor:
+                 rows: torch.Tensor | None = None,
+                 window_starts: torch.Tensor | None = None) -> torch.Tensor:
         """``q`` ``[T, Hq, D]`` float32 (rows may be strided, each row's ``[Hq, D]``
         contiguous); ``kv_cache`` ``[2, Hkv, num_blocks, block_size, D]`` contiguous float32;
         ``block_tables`` ``[B, max_blocks]`` and ``context_lens`` ``[B]`` int64; ``out``
         ``[T, Hq, D]`` contiguous float32. Sequence b uses row ``rows[b]`` of q and out
-        (``rows`` int64 ``[B]``; None: row b). Returns ``out``."""
+        (``rows`` int64 ``[B]``; None: row b). ``window_starts`` int64 ``[B]``: sequence b
+        attends keys ``window_starts[b] .. context_lens[b] - 1`` (sliding window; None: from
+        0). Returns ``out``."""
         if q.dtype != torch.float32 or kv_cache.dtype != torch.float32 \
                 or out.dtype != torch.float32:
             raise DecodeKernelError(f"q, kv_cache and out must be float32, got {q.dtype}, "
@@ -91,8 +95,14 @@ class PagedDecodeKernel:
                                  or not rows.is_contiguous()):
             raise DecodeKernelError(f"rows must be a contiguous int64 [{b}] tensor, got "
                                     f"{rows.dtype} {tuple(rows.shape)}")
+        if window_starts is not None and (window_starts.dtype != torch.int64
+                                          or window_starts.shape != (b,)
+                                          or not window_starts.is_contiguous()):
+            raise DecodeKernelError(f"window_starts must be a contiguous int64 [{b}] tensor, "
+                                    f"got {window_starts.dtype} {tuple(window_starts.shape)}")
         code = self._fn(q.data_ptr(), q.stride(0), None if rows is None else rows.data_ptr(), t,
                         kv_cache.data_ptr(), block_tables.data_ptr(), context_lens.data_ptr(),
+                        None if window_starts is None else window_starts.data_ptr(),
                         out.data_ptr(), b, hq, hkv, d, bs, num_blocks, max_blocks, scale)
         if code:
             raise DecodeKernelError(f"decode kernel rejected its inputs: "

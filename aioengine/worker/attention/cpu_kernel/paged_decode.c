@@ -27,6 +27,7 @@
 #define PD_NO_MEMORY -3
 #define PD_BAD_SHAPE -4
 #define PD_BAD_ROW -5
+#define PD_BAD_WINDOW -6
 
 /* exp(x) for x <= 0 (scores minus their max), branch-free so the loop around it vectorizes:
  * Cody-Waite range reduction x = n ln2 + r, a degree-6 polynomial for e^r (the Cephes expf
@@ -71,31 +72,33 @@ static inline void prefetch_next(const float *plane, const int64_t *table, int64
     }
 }
 
-/* One (sequence, kv head): the G query rows `qs` (already scaled) attend over `ctx` keys.
- * `scores`: G * ctx floats; `acc`: D floats. Inlined per head dim so D is a constant. */
+/* One (sequence, kv head): the G query rows `qs` (already scaled) attend over keys
+ * `first` .. `ctx - 1` (`first` > 0 under a sliding window). `scores`: G * ctx floats,
+ * indexed by key position; `acc`: D floats. Inlined per head dim so D is a constant. */
 static inline __attribute__((always_inline)) void attend_head(
         const float *restrict qs, const float *restrict kplane, const float *restrict vplane,
-        const int64_t *restrict table, int64_t ctx, int64_t G, int64_t D, int64_t bs,
-        float *restrict scores, float *restrict acc, float *restrict out) {
+        const int64_t *restrict table, int64_t first, int64_t ctx, int64_t G, int64_t D,
+        int64_t bs, float *restrict scores, float *restrict acc, float *restrict out) {
     int64_t nblocks = (ctx + bs - 1) / bs;
+    int64_t j0 = first / bs;
     /* Scores: each key row is loaded once for the G query heads. */
-    for (int64_t j = 0; j < nblocks; j++) {
+    for (int64_t j = j0; j < nblocks; j++) {
         const float *kb = kplane + table[j] * bs * D;
         int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
         prefetch_next(kplane, table, j, nblocks, bs * D);
-        for (int64_t t = 0; t < n; t++)
+        for (int64_t t = j == j0 ? first - j * bs : 0; t < n; t++)
             for (int64_t g = 0; g < G; g++)
                 scores[g * ctx + j * bs + t] = dot(qs + g * D, kb + t * D, D);
     }
     for (int64_t g = 0; g < G; g++) {
         float *restrict s = scores + g * ctx;
-        float m = s[0];
+        float m = s[first];
 #pragma omp simd reduction(max : m)
-        for (int64_t i = 1; i < ctx; i++)
+        for (int64_t i = first + 1; i < ctx; i++)
             m = s[i] > m ? s[i] : m;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t i = 0; i < ctx; i++) {
+        for (int64_t i = first; i < ctx; i++) {
             float e = exp_nonpositive(s[i] - m);
             s[i] = e;
             sum += e;
@@ -103,13 +106,13 @@ static inline __attribute__((always_inline)) void attend_head(
         /* Weighted sum of the value rows, one query head at a time: its D accumulators stay
          * in registers across the rows (re-reading a block's values per head hits L1). */
         memset(acc, 0, (size_t)D * sizeof(float));
-        for (int64_t j = 0; j < nblocks; j++) {
+        for (int64_t j = j0; j < nblocks; j++) {
             const float *restrict vb = vplane + table[j] * bs * D;
             const float *restrict p = s + j * bs;
             int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
             if (g == 0)
                 prefetch_next(vplane, table, j, nblocks, bs * D);
-            for (int64_t t = 0; t < n; t++) {
+            for (int64_t t = j == j0 ? first - j * bs : 0; t < n; t++) {
 #pragma omp simd
                 for (int64_t i = 0; i < D; i++)
                     acc[i] += p[t] * vb[t * D + i];
@@ -126,9 +129,10 @@ static inline __attribute__((always_inline)) void attend_head(
 static inline __attribute__((always_inline)) void run_batch(
         const float *restrict q, int64_t q_stride, const int64_t *restrict rows,
         const float *restrict kv, const int64_t *restrict block_tables,
-        const int64_t *restrict context_lens, float *restrict out, int64_t B, int64_t Hq,
-        int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks, int64_t max_blocks,
-        float scale, float *restrict scratch, int64_t max_ctx) {
+        const int64_t *restrict context_lens, const int64_t *restrict window_starts,
+        float *restrict out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
+        int64_t num_blocks, int64_t max_blocks, float scale, float *restrict scratch,
+        int64_t max_ctx) {
     int64_t G = Hq / Hkv;
     float *qs = scratch;
     float *acc = qs + G * D;
@@ -145,8 +149,9 @@ static inline __attribute__((always_inline)) void run_batch(
 #pragma omp simd
             for (int64_t i = 0; i < G * D; i++)
                 qs[i] = qh[i] * scale;
-            attend_head(qs, kv + h * plane, kv + (Hkv + h) * plane, table, context_lens[b], G,
-                        D, bs, scores, acc, orow + h * G * D);
+            attend_head(qs, kv + h * plane, kv + (Hkv + h) * plane, table,
+                        window_starts ? window_starts[b] : 0, context_lens[b], G, D, bs, scores,
+                        acc, orow + h * G * D);
         }
     }
 }
@@ -155,11 +160,14 @@ static inline __attribute__((always_inline)) void run_batch(
  * rows of [Hq, D]. Sequence b reads query row rows[b] and writes output row rows[b] (rows may
  * be NULL: row b).
  * block_tables: [B, max_blocks] block ids; context_lens: [B] keys per sequence (its new token
- * included). Every id and length is checked before anything is read: returns PD_OK, or a
+ * included); window_starts: NULL, or [B] first key attended (sliding window: blocks wholly
+ * before it are never read, so they may have been freed and reused).
+ * Every id and length is checked before anything is read: returns PD_OK, or a
  * negative PD_* code (nothing written) naming what was wrong. */
 int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows,
                            int64_t num_rows, const float *kv, const int64_t *block_tables,
-                           const int64_t *context_lens, float *out, int64_t B, int64_t Hq,
+                           const int64_t *context_lens, const int64_t *window_starts,
+                           float *out, int64_t B, int64_t Hq,
                            int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks,
                            int64_t max_blocks, float scale) {
     if (B < 0 || Hkv < 1 || Hq < Hkv || Hq % Hkv || D < 1 || bs < 1 || max_blocks < 0)
@@ -173,9 +181,12 @@ int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows
         int64_t ctx = context_lens[b];
         if (ctx < 1 || ctx > max_blocks * bs)
             return PD_BAD_CONTEXT_LEN;
+        int64_t first = window_starts ? window_starts[b] : 0;
+        if (first < 0 || first >= ctx)
+            return PD_BAD_WINDOW;
         max_ctx = ctx > max_ctx ? ctx : max_ctx;
         const int64_t *table = block_tables + b * max_blocks;
-        for (int64_t j = 0; j < (ctx + bs - 1) / bs; j++)
+        for (int64_t j = first / bs; j < (ctx + bs - 1) / bs; j++)
             if (table[j] < 0 || table[j] >= num_blocks)
                 return PD_BAD_BLOCK_ID;
     }
@@ -184,8 +195,9 @@ int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows
     if (!scratch)
         return PD_NO_MEMORY;
     /* Common head dims get their own copy with D a constant (unrolled, no remainder loops). */
-#define PD_RUN(DIM) run_batch(q, q_stride, rows, kv, block_tables, context_lens, out, B, Hq, \
-                              Hkv, DIM, bs, num_blocks, max_blocks, scale, scratch, max_ctx)
+#define PD_RUN(DIM) run_batch(q, q_stride, rows, kv, block_tables, context_lens, window_starts, \
+                              out, B, Hq, Hkv, DIM, bs, num_blocks, max_blocks, scale, scratch, \
+                              max_ctx)
     switch (D) {
     case 32: PD_RUN(32); break;
     case 64: PD_RUN(64); break;
