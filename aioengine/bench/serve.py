@@ -6,7 +6,9 @@ Poisson process at a given rate, each streamed by its own task, either through a
 OpenAI-compatible server (``python -m aioengine.serve`` included). One row per rate
 (``client_4rps``, ``http_4rps``): TTFT, ITL, TPOT and E2E at p50/p90/p99 (see ``latency``),
 achieved requests and output tokens per second, errors, and the offered rate. ``--rate R``
-runs that rate only; otherwise quick runs one rate and full mode sweeps several.
+runs that rate only; otherwise quick runs one rate and full mode sweeps several, and both
+add the overload rows (``aioengine.bench.overload``: admission control on vs off at twice the
+sustainable rate).
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ async def _run(options: BenchOptions, sizes: Sizes, rates: tuple[float, ...],
                                        rates, works, warm, bar)
             finally:
                 await client.shutdown()
+    if options.endpoint is None and options.rate is None and options.wants("overload"):
+        from aioengine.bench.overload import run_overload
+
+        results += await run_overload(options)
     return results
 
 

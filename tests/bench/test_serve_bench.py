@@ -95,7 +95,7 @@ def _check_rows(results: list, name: str) -> dict[str, float]:
 
 
 def test_serve_suite_through_the_client() -> None:
-    results = serve.run(BenchOptions(progress=False), SMALL)
+    results = serve.run(BenchOptions(progress=False, rate=20.0), SMALL)  # no overload rows
     got = _check_rows(results, "client_20rps")
     assert got["output_tokens_per_s"] > 0 and got["achieved_requests_per_s"] > 0
     ttft = next(r for r in results if r.metric == "ttft_p50_ms")
@@ -199,3 +199,19 @@ def test_wide_tables_put_metrics_in_rows() -> None:
     lines = buf.getvalue().splitlines()
     assert lines[0].split() == ["metric", "client_4rps"]
     assert any(ln.startswith("ttft_p50_ms [ms]") and ln.split()[-1] == "20" for ln in lines)
+
+
+def test_overload_rows_compare_admission_control_on_and_off() -> None:
+    from aioengine.bench.overload import OverloadSizes, run_overload
+
+    sizes = OverloadSizes(calibrate=4, requests=24, prompt_lens=(8, 16), output_lens=(8, 24))
+    results = asyncio.run(run_overload(BenchOptions(progress=False), sizes))
+    rows = {(r.name, r.metric): r.value for r in results}
+    off_done = rows[("overload_off", "achieved_requests_per_s")]
+    assert off_done > 0 and rows[("overload_off", "refused")] == 0
+    assert rows[("overload_off", "errors")] == 0
+    limit = rows[("overload_on", "max_queued_requests")]
+    assert limit >= 2
+    # Refused requests are the only errors with the limit on; the rest completed.
+    assert rows[("overload_on", "errors")] == rows[("overload_on", "refused")]
+    assert rows[("overload_on", "offered_rate")] == rows[("overload_off", "offered_rate")]
