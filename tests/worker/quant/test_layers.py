@@ -194,3 +194,25 @@ def test_without_a_compiler_quantization_fails_naming_it(tmp_path, monkeypatch):
     monkeypatch.setenv("AIOENGINE_CC", "aioengine-no-such-cc")
     with pytest.raises(KernelBuildError, match="no C compiler 'aioengine-no-such-cc' on PATH"):
         load_model("tiny", dtype="float32", device="cpu", quantization="q8_0")
+
+
+@pytest.mark.parametrize("variant", ["qwen3-moe", "phi3", "mistral"])
+def test_other_families_quantize_at_load(tmp_path, variant):
+    """Every family's linears take in-situ Q8_0 (Phi-3's fused q/k/v and gate/up tensors
+    included; mixture-of-experts weights stay float): greedy tokens equal float32's."""
+    from tests.worker.hf_models import make_hf_model
+
+    path = str(tmp_path / variant)
+    make_hf_model(variant, path, seed=3)
+    prompt = [5, 17, 30, 44, 9, 12]
+    runs = []
+    for q in (None, "q8_0"):
+        model, spec = load_model(path, dtype="float32", device="cpu", quantization=q)
+        d = Driver(model, spec, block_size=16)
+        d.add(prompt)
+        d.step([(0, len(prompt))])
+        d.decode_all(8)
+        runs.append(d.seqs[0].tokens)
+    qkv = model.layers[0].self_attn.qkv_proj.qweight
+    assert qkv is not None and qkv.segments[0].qtype is QTYPES["q8_0"]
+    assert runs[0] == runs[1]
