@@ -204,7 +204,7 @@ def test_wide_tables_put_metrics_in_rows() -> None:
 def test_overload_rows_compare_admission_control_on_and_off() -> None:
     from aioengine.bench.overload import OverloadSizes, run_overload
 
-    sizes = OverloadSizes(calibrate=4, requests=24, prompt_lens=(8, 16), output_lens=(8, 24))
+    sizes = OverloadSizes(calibrate=8, seconds=1.0, prompt_lens=(8, 16), output_lens=(8, 24))
     results = asyncio.run(run_overload(BenchOptions(progress=False), sizes))
     rows = {(r.name, r.metric): r.value for r in results}
     off_done = rows[("overload_off", "achieved_requests_per_s")]
