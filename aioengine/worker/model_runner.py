@@ -54,6 +54,8 @@ class ModelRunner:
             resolved, dtype=config.dtype, device=device or config.device,
             load_format=config.load_format, tp_rank=rank, tp_size=world_size, seed=config.seed)
         self.spec = self.model.spec
+        # Sliding window of every layer (KV blocks before it can be freed), else None.
+        self.kv_window = self.spec.sliding_window if self.spec.all_layers_windowed else None
         self.device = self.model.device
         self.dtype = self.model.dtype
         self.decode_kernel = select_decode_kernel(config.cpu_decode_attention, self.device,
