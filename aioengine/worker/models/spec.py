@@ -24,10 +24,16 @@ from aioengine.worker.models.rope_config import (
     _is_number,
     rope_spec,
 )
-from aioengine.worker.models.spec_families import MOE_FAMILIES, moe_fields, window_fields
+from aioengine.worker.models.spec_families import (
+    MOE_FAMILIES,
+    gemma3_fields,
+    moe_fields,
+    window_fields,
+)
 from aioengine.worker.parallel.state import divide
 
-_ATTN_BIAS = ("llama", "qwen3", "qwen3_moe")  # families whose attention_bias flag is honoured
+# Families whose attention_bias flag is honoured (Qwen2: always biased q/k/v).
+_ATTN_BIAS = ("llama", "qwen3", "qwen3_moe", "gemma3")
 
 __all__ = ["DEFAULT_ROPE_THETA", "ROPE_TYPES", "SUPPORTED_ARCHITECTURES", "ModelSpec", "RopeSpec",
            "family_of", "rope_spec"]
@@ -41,9 +47,11 @@ SUPPORTED_ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral",
     "Phi3ForCausalLM": "phi3",
     "MistralForCausalLM": "mistral",
+    "Gemma3ForCausalLM": "gemma3",
 }
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
-                "mixtral": "mixtral", "phi3": "phi3", "mistral": "mistral"}
+                "mixtral": "mixtral", "phi3": "phi3", "mistral": "mistral",
+                "gemma3_text": "gemma3"}
 
 _QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
          "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096,
@@ -64,6 +72,12 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
                 "rope_theta": 1e6, "num_local_experts": 8, "num_experts_per_tok": 2},
     "mistral": {"vocab_size": 32000, "intermediate_size": 14336, "num_key_value_heads": 8,
                 "max_position_embeddings": 131072, "head_dim": None, "sliding_window": 4096},
+    "gemma3": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "head_dim": 256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
+               "sliding_window": 4096, "query_pre_attn_scalar": 256, "rope_theta": 1e6,
+               "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
+               "hidden_activation": "gelu_pytorch_tanh"},
     "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
              "num_key_value_heads": None, "max_position_embeddings": 4096, "head_dim": None,
              "rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096},
@@ -109,6 +123,16 @@ class ModelSpec:
     # position p sees keys p - sliding_window + 1 .. p only.
     sliding_window: int | None = None
     window_layers: tuple[int, ...] = ()
+    # Gemma 3: (1 + w) RMSNorms, also after attention and around the MLP; GELU (tanh) MLP;
+    # embeddings times embed_scale; queries scaled by attn_scale (else head_dim ** -0.5);
+    # windowed layers on local_rope; logits soft-capped.
+    norm_offset: bool = False
+    sandwich_norms: bool = False
+    hidden_act: str = "silu"
+    embed_scale: float | None = None
+    attn_scale: float | None = None
+    local_rope: RopeSpec | None = None
+    final_logit_softcapping: float | None = None
 
     @property
     def all_layers_windowed(self) -> bool:
@@ -192,8 +216,9 @@ def _check_types(values: Mapping[str, Any], source: str) -> None:
 
 
 def _build(get: Getter, family: str, source: str) -> ModelSpec:
-    act = get("hidden_act") or "silu"
-    if act != "silu":
+    extra = gemma3_fields(get, source) if family == "gemma3" else {}
+    act = extra.get("hidden_act") or get("hidden_act") or "silu"
+    if act != "silu" and family != "gemma3":
         raise ValueError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
     heads = get("num_attention_heads")
     kv_heads = get("num_key_value_heads") or heads
@@ -214,13 +239,14 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
         head_dim=get("head_dim") or get("hidden_size") // heads,
         max_position_embeddings=get("max_position_embeddings"),
         rms_norm_eps=float(get("rms_norm_eps")),
-        rope=rope_spec(get, source, family, get("hidden_size") // heads),
+        rope=extra.pop("rope", None) or rope_spec(get, source, family,
+                                                  get("hidden_size") // heads),
         qkv_bias=True if family == "qwen2" else attention_bias and family in _ATTN_BIAS,
         o_bias=attention_bias and family in _ATTN_BIAS,
         mlp_bias=bool(get("mlp_bias")) if family == "llama" else False,
-        qk_norm=family in ("qwen3", "qwen3_moe"),
+        qk_norm=extra.pop("qk_norm", family in ("qwen3", "qwen3_moe")),
         tie_word_embeddings=bool(get("tie_word_embeddings")),
         checkpoint_dtype=None if dtype is None else str(dtype).removeprefix("torch."),
         **moe,
-        **window_fields(get, family, source),
+        **(extra or window_fields(get, family, source)),
     )
