@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from aioengine.config import EngineConfig
@@ -19,8 +20,11 @@ PROMPTS = {"a": 30, "b": 19, "c": 6}
 NEW = 40
 
 
-def test_blocks_out_of_the_window_are_freed_and_tokens_match_transformers(tmp_path,
-                                                                           one_thread):
+@pytest.mark.parametrize(("executor", "tp"), [("uniproc", 1), ("mp", 2)])
+def test_blocks_out_of_the_window_are_freed_and_tokens_match_transformers(tmp_path, one_thread,
+                                                                           executor, tp):
+    """In process, and over worker processes at TP=2 (the window reaches the scheduler from
+    the workers' ready message)."""
     path = str(tmp_path / "mistral")
     hf = make_hf_model("mistral", path, seed=9, sliding_window=WINDOW)
     gen = torch.Generator().manual_seed(2)
@@ -30,7 +34,8 @@ def test_blocks_out_of_the_window_are_freed_and_tokens_match_transformers(tmp_pa
     # freeing they would not fit together (preemption); each needs ~3-4 live blocks with it.
     config = EngineConfig(model=path, tokenizer=ensure_tiny(), device="cpu", block_size=4,
                           num_kv_blocks=24, max_model_len=96, max_num_seqs=4,
-                          max_num_batched_tokens=16)  # the 30-token prompt goes in chunks
+                          max_num_batched_tokens=16,  # the 30-token prompt goes in chunks
+                          executor=executor, tensor_parallel_size=tp)
     core = EngineCore(config)
     try:
         assert core.scheduler.kv_window == WINDOW
