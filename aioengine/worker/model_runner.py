@@ -104,7 +104,8 @@ class ModelRunner:
             first += b
         with torch.inference_mode():
             meta = build_attention_metadata(chunks, cfg.block_size, self.device,
-                                            sliding_window=self.spec.sliding_window)
+                                            sliding_window=self.spec.sliding_window,
+                                            window_only=self.spec.all_layers_windowed)
             ids = torch.zeros(total, dtype=torch.long, device=self.device)
             hidden = self.model(ids, meta.positions, meta, caches)
             rows = min(cfg.max_num_seqs, total)
@@ -159,7 +160,8 @@ class ModelRunner:
 
         meta = build_attention_metadata(layout, self.config.block_size, self.device,
                                         decode_kernel=self.decode_kernel,
-                                        sliding_window=self.spec.sliding_window)
+                                        sliding_window=self.spec.sliding_window,
+                                        window_only=self.spec.all_layers_windowed)
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         hidden = self.model(ids, meta.positions, meta, self.kv_caches)
         if not sample_rows:
