@@ -273,27 +273,48 @@ class BlockManager:
     # ---- release -------------------------------------------------------------------------
     def free(self, req: Request) -> None:
         """Drop ``req``'s references, last block first. Idempotent."""
-        for bid in reversed(req.block_ids):
-            block = self._blocks[bid]
-            if block.ref_count <= 0:
-                raise RuntimeError(f"block {bid} freed with reference count {block.ref_count} "
-                                   f"(request {req.request_id!r})")
-            block.ref_count -= 1
-            if block.ref_count:
-                continue
-            if block.hash is not None and self._by_hash.setdefault(block.hash, bid) == bid:
-                self._evictable[bid] = None  # keep its content for a later hit
-                self._state[bid] = _CACHED
-            else:
-                block.clear()  # partial, uncacheable, or a duplicate of a cached block
-                self._state[bid] = _FREE
-                self._num_free += 1
+        for bid in reversed(req.block_ids[req.num_window_freed:]):
+            self._release(req, bid)
         req.block_ids = []
         req.num_registered_blocks = 0
+        req.num_window_freed = 0
         lo, hi = self._reserved.pop(req.request_id, (0, 0))
         for bid in range(lo, hi):
             if self._state[bid] == _RESERVED:
                 self._state[bid] = _FREE
+
+    def release_before_window(self, req: Request, window: int) -> int:
+        """Sliding-window attention: free ``req``'s leading blocks whose every position is
+        before the first key its next query (at ``num_computed_tokens``) can see. Their
+        ``block_ids`` entries become placeholders (block 0: the worker masks them out, the
+        decode kernel never reads them). Returns how many blocks were freed now."""
+        first_key = req.num_computed_tokens - window + 1
+        dead = min(max(0, first_key) // self.block_size, len(req.block_ids) - 1)
+        if self.enable_prefix_caching:  # the next block registered takes its parent's id
+            dead = min(dead, req.num_registered_blocks - 1)
+        freed = 0
+        for i in range(req.num_window_freed, dead):
+            self._release(req, req.block_ids[i])
+            req.block_ids[i] = 0
+            freed += 1
+        req.num_window_freed = max(req.num_window_freed, dead)
+        return freed
+
+    def _release(self, req: Request, bid: int) -> None:
+        block = self._blocks[bid]
+        if block.ref_count <= 0:
+            raise RuntimeError(f"block {bid} freed with reference count {block.ref_count} "
+                               f"(request {req.request_id!r})")
+        block.ref_count -= 1
+        if block.ref_count:
+            return
+        if block.hash is not None and self._by_hash.setdefault(block.hash, bid) == bid:
+            self._evictable[bid] = None  # keep its content for a later hit
+            self._state[bid] = _CACHED
+        else:
+            block.clear()  # partial, uncacheable, or a duplicate of a cached block
+            self._state[bid] = _FREE
+            self._num_free += 1
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix; blocks in use keep serving their requests."""

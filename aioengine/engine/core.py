@@ -75,7 +75,8 @@ class EngineCore:
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=config.max_num_seqs,
                                    max_num_batched_tokens=config.max_num_batched_tokens,
                                    max_model_len=self.max_model_len,
-                                   enable_chunked_prefill=config.enable_chunked_prefill)
+                                   enable_chunked_prefill=config.enable_chunked_prefill,
+                                   kv_window=info.kv_window)
         self.detokenizer = (EngineDetokenizer.from_path(resolved.tokenizer_path)
                             if config.detokenize_in == "engine" else None)
         self._pending: list[RequestDelta] = []  # errors and aborts, sent with the next step

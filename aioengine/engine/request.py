@@ -45,6 +45,9 @@ class Request:
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of full blocks
     num_registered_blocks: int = 0  # leading blocks already offered to the prefix cache
+    # Leading blocks released because they fell wholly out of a sliding window: their
+    # ``block_ids`` entries are placeholders (block 0; never read, masked out).
+    num_window_freed: int = 0
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0  # prefix-cache hit on the first admission
     num_preemptions: int = 0

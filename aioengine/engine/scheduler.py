@@ -35,8 +35,9 @@ def _key(req: Request) -> tuple[int, int]:
 class Scheduler:
     def __init__(self, block_manager: BlockManager, *, max_num_seqs: int,
                  max_num_batched_tokens: int, max_model_len: int,
-                 enable_chunked_prefill: bool = True) -> None:
+                 enable_chunked_prefill: bool = True, kv_window: int | None = None) -> None:
         self.bm = block_manager
+        self.kv_window = kv_window  # every layer's sliding window: free blocks before it
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -235,6 +236,8 @@ class Scheduler:
             if req is not None and req.status is RequestStatus.RUNNING:
                 req.num_computed_tokens += len(chunk.token_ids)
                 self.bm.cache_computed_blocks(req)
+                if self.kv_window is not None:
+                    self.bm.release_before_window(req, self.kv_window)
         now = time.time()
         deltas = []
         for s in result.sampled:

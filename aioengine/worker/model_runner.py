@@ -55,6 +55,8 @@ class ModelRunner:
             load_format=config.load_format, tp_rank=rank, tp_size=world_size, seed=config.seed,
             quantization=config.quantization, quant_activations=config.quant_activations)
         self.spec = self.model.spec
+        # Sliding window of every layer (KV blocks before it can be freed), else None.
+        self.kv_window = self.spec.sliding_window if self.spec.all_layers_windowed else None
         self.device = self.model.device
         self.dtype = self.model.dtype
         self.decode_kernel = select_decode_kernel(config.cpu_decode_attention, self.device,
@@ -103,7 +105,8 @@ class ModelRunner:
             first += b
         with torch.inference_mode():
             meta = build_attention_metadata(chunks, cfg.block_size, self.device,
-                                            sliding_window=self.spec.sliding_window)
+                                            sliding_window=self.spec.sliding_window,
+                                            window_only=self.spec.all_layers_windowed)
             ids = torch.zeros(total, dtype=torch.long, device=self.device)
             hidden = self.model(ids, meta.positions, meta, caches)
             rows = min(cfg.max_num_seqs, total)
@@ -158,7 +161,8 @@ class ModelRunner:
 
         meta = build_attention_metadata(layout, self.config.block_size, self.device,
                                         decode_kernel=self.decode_kernel,
-                                        sliding_window=self.spec.sliding_window)
+                                        sliding_window=self.spec.sliding_window,
+                                        window_only=self.spec.all_layers_windowed)
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         hidden = self.model(ids, meta.positions, meta, self.kv_caches)
         if not sample_rows:

@@ -137,6 +137,7 @@ class WorkerProc(BusyLoopTarget):
         # scans, which otherwise stall steps and the interpreter's exit for seconds.
         gc.freeze()
         return {"rank": la.rank, "num_kv_blocks": blocks, "max_model_len": runner.max_model_len,
+                "kv_window": runner.kv_window,
                 "device": str(device), "dtype": str(runner.dtype).replace("torch.", "")}
 
     def _agree_min(self, blocks: int) -> int:

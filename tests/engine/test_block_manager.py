@@ -242,3 +242,32 @@ def test_a_stolen_reservation_breaks_only_that_run_and_freeing_releases_it():
     assert bm.num_free_blocks == 3
     c = make_request("c", list(range(9)), max_tokens=1)  # a's blocks and reservation are back
     assert bm.allocate(c, 9) and c.block_ids == [0, 2, 3]
+
+
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_release_before_window_frees_leading_blocks_once(prefix_caching):
+    """Window 6 at 18 computed tokens: the next query (position 18) sees keys 13..18, so
+    blocks 0-2 (positions 0-11) are dead; with prefix caching the last registered block stays
+    (the next one registered takes its content id as parent)."""
+    bm = BlockManager(16, BS, enable_prefix_caching=prefix_caching)
+    req, _ = admit(bm, "a", list(range(18)))  # 5 blocks
+    ids = list(req.block_ids)
+    assert bm.release_before_window(req, 6) == 3
+    assert req.block_ids == [0, 0, 0, *ids[3:]] and req.num_window_freed == 3
+    assert bm.num_used_blocks == 2
+    assert all(bm.ref_count(b) == 0 for b in ids[:3])
+    assert bm.release_before_window(req, 6) == 0  # idempotent
+    req.token_ids.extend(range(18, 24))  # (decodes appended tokens)
+    assert bm.allocate(req, 6) and len(req.block_ids) == 6
+    req.num_computed_tokens = 24
+    bm.cache_computed_blocks(req)
+    # Keys from 19 on: block 3 (12-15) is dead too, but with prefix caching block 5 was just
+    # registered, so the cap is its parent's index 4: block 3 goes either way.
+    assert bm.release_before_window(req, 6) == 1
+    live = req.block_ids[4:]
+    assert bm.num_cached_blocks == (6 if prefix_caching else 0)
+    bm.free(req)  # skips the placeholders: no double release of block 0
+    assert bm.num_used_blocks == 0 and req.num_window_freed == 0
+    if prefix_caching:  # the chain registered across the freed blocks is still a valid prefix
+        again = make_request("b", [*range(24), 99])
+        assert bm.find_cached_prefix(again) == ids[:4] + live

@@ -54,6 +54,7 @@ class Driver:
             ids.extend(seq.tokens[start:start + num])
         meta = build_attention_metadata(chunks, self.block_size,
                                         sliding_window=self.model.spec.sliding_window,
+                                        window_only=self.model.spec.all_layers_windowed,
                                         decode_kernel=self.decode_kernel)
         hidden = self.model(torch.tensor(ids), meta.positions, meta, self.caches)
         logits = self.model.compute_logits(hidden)

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from transformers import (
     AutoModelForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -52,6 +53,13 @@ VARIANTS: dict[str, tuple[type, dict[str, Any]]] = {
     "qwen2-window": (Qwen2Config, dict(_BASE, architectures=["Qwen2ForCausalLM"],
                                        tie_word_embeddings=True, use_sliding_window=True,
                                        sliding_window=9, max_window_layers=1)),
+    # Gemma 3: local, global, local layers (window 6, local RoPE base 100), soft-capped logits,
+    # a query scale that is not head_dim's.
+    "gemma3": (Gemma3TextConfig, dict(
+        _BASE, architectures=["Gemma3ForCausalLM"], head_dim=16, num_hidden_layers=3,
+        sliding_window=6, sliding_window_pattern=2, rope_theta=5000.0,
+        rope_local_base_freq=100.0, final_logit_softcapping=20.0, query_pre_attn_scalar=24,
+        tie_word_embeddings=True)),
     # Phi-4-mini style: longrope with 3/4 of each head rotated; original context 128 (the
     # parity schedule stays on the short factors; test_phi3_longrope crosses it).
     "phi3": (Phi3Config, dict(

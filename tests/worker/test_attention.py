@@ -251,3 +251,23 @@ def test_spans_and_buckets_mixed_match_reference(seed, span_min_keys):
             done[i] += m
             row += m
     assert (spans_seen > 0) == (span_min_keys is not None)
+
+
+def test_sliding_window_metadata():
+    """Window 3: the decode at position 7 sees keys 5..7, a fresh 5-token prefill gets a banded
+    causal mask, no spans; window_only builds one metadata that is its own ``windowed``."""
+    chunks = [(7, 1, [1, 2]), (0, 5, [3, 4])]
+    meta = build_attention_metadata(chunks, 4, sliding_window=3)
+    assert meta.decode.spans == [] and meta.windowed.decode.spans == []
+    full, win = meta.decode.buckets[0].mask, meta.windowed.decode.buckets[0].mask
+    assert (full[0, 0, 0] == 0).tolist() == [True] * 8
+    assert (win[0, 0, 0] == 0).tolist() == [False] * 5 + [True] * 3
+    assert meta.prefills[0].mask is None  # full layers: SDPA's is_causal
+    band = meta.windowed.prefills[0].mask
+    assert band[4].tolist() == [False, False, True, True, True] and band[0, 0]
+    only = build_attention_metadata(chunks, 4, sliding_window=3, window_only=True)
+    assert only.windowed is only and torch.equal(only.decode.buckets[0].mask, win)
+    moved = build_attention_metadata(chunks, 4, "meta", sliding_window=3, window_only=True)
+    assert moved.windowed is moved and moved.positions.device.type == "meta"
+    with pytest.raises(ValueError, match="sliding_window must be >= 1, got 0"):
+        build_attention_metadata(chunks, 4, sliding_window=0)

@@ -91,6 +91,14 @@ RAW_CONFIGS: dict[str, dict] = {
                                 "sliding_window": 64, "max_window_layers": 1},
     "qwen2-window-off": {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"],
                          **_SMALL, "num_key_value_heads": 2, "sliding_window": 64},
+    "bare-gemma3": {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"]},
+    # As Gemma 3 1B's config.json spells it (transformers 4.5x): local base and pattern.
+    "gemma3-1b-style": {
+        "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], **_SMALL,
+        "num_key_value_heads": 1, "head_dim": 32, "num_hidden_layers": 7, "sliding_window": 16,
+        "sliding_window_pattern": 6, "rope_theta": 1e6, "rope_local_base_freq": 1e4,
+        "query_pre_attn_scalar": 32, "final_logit_softcapping": None,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
     "bare-phi3": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"]},
     "mixtral-small": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], **_SMALL,
                       "num_local_experts": 4, "num_experts_per_tok": 1, "num_key_value_heads": 2},
@@ -196,6 +204,40 @@ def test_sliding_windows():
     assert read("qwen2-window-layers") == (64, (0, 2), False)
     assert read("qwen3-window-max-layers") == (64, (1,), False)
     assert read("qwen2-window-off") == (None, (), False)
+
+
+def test_gemma3():
+    spec = ModelSpec.from_config_dict(RAW_CONFIGS["gemma3-1b-style"])
+    assert spec.window_layers == (0, 1, 2, 3, 4, 6) and not spec.all_layers_windowed
+    assert spec.rope.rope_type == "linear" and spec.rope.theta == 1e6
+    assert spec.local_rope is not None and spec.local_rope.theta == 1e4
+    assert spec.local_rope.rope_type == "default"
+    assert spec.attn_scale == 32 ** -0.5 and spec.embed_scale == 8.0
+    assert spec.norm_offset and spec.sandwich_norms and spec.qk_norm
+    bare = ModelSpec.from_config_dict(RAW_CONFIGS["bare-gemma3"])
+    assert (bare.head_dim, bare.sliding_window, len(bare.window_layers)) == (256, 4096, 22)
+
+
+_GEMMA = {"architectures": ["Gemma3ForCausalLM"], **_SMALL, "num_key_value_heads": 2}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"hidden_activation": "gelu"}, r"hidden_activation 'gelu' is not supported for Gemma 3"),
+    ({"attn_logit_softcapping": 50.0},
+     r"attention logit soft-capping \(attn_logit_softcapping=50\.0\) is not supported"),
+    ({"use_bidirectional_attention": True}, r"bidirectional attention"),
+    ({"final_logit_softcapping": -1}, r"'final_logit_softcapping' must be a positive number"),
+    ({"query_pre_attn_scalar": 0}, r"'query_pre_attn_scalar' must be a positive number"),
+    ({"sliding_window": None}, r"'sliding_window' must be a positive integer, got None"),
+    ({"layer_types": ["sliding_attention"]}, r"'layer_types' must list 2 of"),
+    ({"rope_parameters": {"full_attention": {"rope_theta": 1.0}}},
+     r"'rope_parameters' by layer type must give exactly"),
+    ({"architectures": ["Gemma3ForConditionalGeneration"]},
+     r"unsupported model architecture \['Gemma3ForConditionalGeneration'\]"),
+])
+def test_bad_gemma3_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
+        ModelSpec.from_config_dict({**_GEMMA, **changes}, source="cfg.json")
 
 
 def test_moe_layers_and_experts():

@@ -16,7 +16,8 @@ from tests.worker.hf_models import make_hf_model
 from tests.worker.tp_child import all_logits, run_rank
 
 VARIANTS = [("llama", {}), ("qwen2", {"num_key_value_heads": 2, "vocab_size": 255}),
-            ("qwen3-moe", {}), ("phi3", {"num_key_value_heads": 2}), ("mistral", {})]
+            ("qwen3-moe", {}), ("phi3", {"num_key_value_heads": 2}), ("mistral", {}),
+            ("gemma3", {})]
 
 
 def test_tp2_matches_tp1(tmp_path):

@@ -14,6 +14,9 @@ class ExecutorInfo:
 
     num_kv_blocks: int
     """KV blocks every rank holds (the smallest over ranks)."""
+    kv_window: int | None = None
+    """Sliding window of every attention layer, when all have one: a sequence's KV blocks that
+    fall wholly before it are never read again and are freed."""
 
 
 class ExecutorError(RuntimeError):

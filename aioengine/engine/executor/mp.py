@@ -96,7 +96,8 @@ class MultiprocExecutor(Executor):
         if len(blocks) != 1:
             self.shutdown()
             raise ExecutorError(f"workers disagree on the KV block count: {sorted(blocks)}")
-        return ExecutorInfo(num_kv_blocks=blocks.pop())
+        return ExecutorInfo(num_kv_blocks=blocks.pop(), kv_window=ready[worker_name(0)].get(
+            "kv_window"))
 
     def _on_death(self, name: str, exitcode: int | None) -> None:
         self._dead = f"worker {name} died ({describe_exitcode(exitcode)})"

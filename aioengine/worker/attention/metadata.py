@@ -114,7 +114,8 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
                              bucket_cost: int = DECODE_BUCKET_COST,
                              span_min_keys: int | None = -1,
                              decode_kernel: PagedDecodeKernel | None = None,
-                             sliding_window: int | None = None) -> AttentionMetadata:
+                             sliding_window: int | None = None,
+                             window_only: bool = False) -> AttentionMetadata:
     """Validate the chunks and precompute every index and mask a forward pass needs.
     ``decode_kernel``: attend every decode with this compiled CPU kernel (see ``cpu_kernel``;
     CPU only), so no spans or buckets are built.
@@ -122,10 +123,15 @@ def build_attention_metadata(chunks: Sequence[Chunk], block_size: int,
     ``span_min_keys``: shortest decode context attended as a span; None: never (gather every
     decode); -1: ``DECODE_SPAN_MIN_KEYS`` on CPU, never elsewhere (on a GPU a gather is cheap
     next to one more kernel launch per sequence).
-    ``sliding_window``: also build ``windowed`` (see AttentionMetadata)."""
+    ``sliding_window``: also build ``windowed`` (see AttentionMetadata); with ``window_only``
+    (every layer windowed) only that one, which is then its own ``windowed``."""
     if sliding_window is not None:
         if sliding_window < 1:
             raise ValueError(f"sliding_window must be >= 1, got {sliding_window}")
+        if window_only:
+            meta = _build(chunks, block_size, bucket_cost, None, decode_kernel, sliding_window)
+            meta.windowed = meta
+            return meta if torch.device(device).type == "cpu" else _to_device(meta, device)
         meta = build_attention_metadata(chunks, block_size, "cpu", bucket_cost=bucket_cost,
                                         span_min_keys=span_min_keys,
                                         decode_kernel=decode_kernel)
@@ -334,13 +340,18 @@ def _to_device(meta: AttentionMetadata, device: torch.device | str) -> Attention
         decode = DecodeGroup(mv(decode.token_index), [
             DecodeBucket(b.lo, b.hi, mv(b.blocks), mv(b.mask)) for b in decode.buckets],
             decode.spans)
-    windowed = None if meta.windowed is None else _to_device(meta.windowed, device)
+    windowed = None
+    if meta.windowed is not None and meta.windowed is not meta:
+        windowed = _to_device(meta.windowed, device)
     prefills = [PrefillGroup(g.num_seqs, g.max_q, g.token_slice, mv(g.token_index),
                              mv(g.valid_rows), mv(g.out_index), mv(g.blocks), mv(g.mask))
                 for g in meta.prefills]
-    return AttentionMetadata(
+    moved = AttentionMetadata(
         num_tokens=meta.num_tokens, num_seqs=meta.num_seqs, block_size=meta.block_size,
         positions=mv(meta.positions), slot_mapping=mv(meta.slot_mapping),
         query_start_loc=mv(meta.query_start_loc), context_lens=mv(meta.context_lens),
         block_tables=mv(meta.block_tables), last_token_index=mv(meta.last_token_index),
         decode=decode, prefills=prefills, windowed=windowed)
+    if meta.windowed is meta:
+        moved.windowed = moved
+    return moved

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
-from aioengine.worker.models.layers import RMSNorm, silu_and_mul
+from aioengine.worker.models.layers import RMSNorm, gelu_tanh_and_mul, silu_and_mul
 from aioengine.worker.models.moe import DOWN, GATE, UP, SparseMoE
 from aioengine.worker.models.rope import RotaryEmbedding, apply_rope
 from aioengine.worker.models.spec import ModelSpec
@@ -95,9 +95,10 @@ class Attention(nn.Module):
         self.num_heads = self.qkv_proj.num_heads
         self.num_kv_heads = self.qkv_proj.num_kv_heads
         self.head_dim = d
-        self.scale = d ** -0.5
-        self.q_norm = RMSNorm(d, spec.rms_norm_eps, dtype, device) if spec.qk_norm else None
-        self.k_norm = RMSNorm(d, spec.rms_norm_eps, dtype, device) if spec.qk_norm else None
+        self.scale = spec.attn_scale or d ** -0.5
+        eps, offset = spec.rms_norm_eps, spec.norm_offset
+        self.q_norm = RMSNorm(d, eps, dtype, device, offset) if spec.qk_norm else None
+        self.k_norm = RMSNorm(d, eps, dtype, device, offset) if spec.qk_norm else None
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 meta: AttentionMetadata, kv_cache: torch.Tensor) -> torch.Tensor:
@@ -124,19 +125,27 @@ class MLP(nn.Module):
             ["intermediate_size", "intermediate_size"])
         self.down_proj = RowParallelLinear(size, spec.hidden_size, spec.mlp_bias, tp, dtype,
                                            device, "intermediate_size")
+        self.act = gelu_tanh_and_mul if spec.hidden_act == "gelu_pytorch_tanh" else silu_and_mul
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(h)))
+        return self.down_proj(self.act(self.gate_up_proj(h)))
 
 
 class DecoderLayer(nn.Module):
     def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
                  device: torch.device | str, index: int) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
+
+        def norm() -> RMSNorm:
+            return RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device, spec.norm_offset)
+
+        self.input_layernorm = norm()
         self.self_attn = Attention(spec, tp, dtype, device)
-        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype,
-                                                device)
+        self.post_attention_layernorm = norm()
+        # Gemma 3: post_attention_layernorm normalises the attention output; these two wrap
+        # the MLP.
+        self.pre_feedforward_layernorm = norm() if spec.sandwich_norms else None
+        self.post_feedforward_layernorm = norm() if spec.sandwich_norms else None
         self.windowed = index in spec.window_layers  # attends with meta.windowed
         self.mlp: MLP | SparseMoE = MLP(spec, tp, dtype, device)
         if index in spec.moe_layers:
@@ -149,6 +158,11 @@ class DecoderLayer(nn.Module):
                 kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h, residual = self.input_layernorm.add_forward(h, residual)
         h = self.self_attn(h, cos, sin, meta, kv_cache)
+        if self.pre_feedforward_layernorm is not None and \
+                self.post_feedforward_layernorm is not None:
+            h = self.post_attention_layernorm(h)
+            h, residual = self.pre_feedforward_layernorm.add_forward(h, residual)
+            return self.post_feedforward_layernorm(self.mlp(h)), residual
         h, residual = self.post_attention_layernorm.add_forward(h, residual)
         return self.mlp(h), residual
 
@@ -170,11 +184,14 @@ class CausalLM(nn.Module):
                                                    device)
         self.layers = nn.ModuleList(DecoderLayer(spec, tp, dtype, device, i)
                                     for i in range(spec.num_layers))
-        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
+        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device, spec.norm_offset)
         self.lm_head = None if spec.tie_word_embeddings else ParallelLMHead(
             spec.vocab_size, spec.hidden_size, tp, dtype, device)
         self.rotary = RotaryEmbedding(spec.rope, spec.head_dim, spec.max_position_embeddings,
                                       dtype, device)
+        # Gemma 3: windowed (local) layers rotate with their own base.
+        self.local_rotary = None if spec.local_rope is None else RotaryEmbedding(
+            spec.local_rope, spec.head_dim, spec.max_position_embeddings, dtype, device)
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -189,7 +206,12 @@ class CausalLM(nn.Module):
                              f"rank's {heads} kv heads: allocate it with tp_size="
                              f"{self.tp.size}")
         h = self.embed_tokens(input_ids)
+        if self.spec.embed_scale is not None:  # in the model dtype, as transformers does
+            h = h * torch.tensor(self.spec.embed_scale, dtype=h.dtype)
         cos, sin = self.rotary.cos_sin(positions, attn_metadata)
+        local = cos, sin
+        if self.local_rotary is not None:
+            local = self.local_rotary.cos_sin(positions, attn_metadata)
         windowed = attn_metadata.windowed
         if windowed is None and self.spec.window_layers:
             raise ValueError(f"this model has sliding-window layers (window "
@@ -197,15 +219,19 @@ class CausalLM(nn.Module):
                              f"sliding_window={self.spec.sliding_window}")
         residual: torch.Tensor | None = None
         for layer, cache in zip(self.layers, kv_caches, strict=True):
-            meta = windowed if layer.windowed and windowed is not None else attn_metadata
-            h, residual = layer(h, residual, cos, sin, meta, cache)
+            if layer.windowed and windowed is not None:
+                h, residual = layer(h, residual, *local, windowed, cache)
+            else:
+                h, residual = layer(h, residual, cos, sin, attn_metadata, cache)
         h, _ = self.norm.add_forward(h, residual)
         return h
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.embed_tokens if self.lm_head is None else self.lm_head
-        return lm_logits(hidden, head.weight, self.tp, self.spec.vocab_size, head.qhead)
+        logits = lm_logits(hidden, head.weight, self.tp, self.spec.vocab_size, head.qhead)
+        cap = self.spec.final_logit_softcapping
+        return logits if cap is None else torch.tanh(logits / cap) * cap
 
     def weight_targets(self) -> dict[str, WeightTarget]:
         """Hugging Face checkpoint name -> where it is loaded (q/k/v and gate/up fused)."""
@@ -220,6 +246,9 @@ class CausalLM(nn.Module):
             targets[pre + "input_layernorm.weight"] = WeightTarget(layer.input_layernorm)
             targets[pre + "post_attention_layernorm.weight"] = WeightTarget(
                 layer.post_attention_layernorm)
+            for name in ("pre_feedforward_layernorm", "post_feedforward_layernorm"):
+                if getattr(layer, name) is not None:
+                    targets[f"{pre}{name}.weight"] = WeightTarget(getattr(layer, name))
             if spec.family == "phi3":  # fused in the checkpoint too, no biases
                 targets[pre + "self_attn.qkv_proj.weight"] = WeightTarget(
                     attn.qkv_proj, fused=(0, 1, 2))

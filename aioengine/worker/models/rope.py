@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata
-from aioengine.worker.models.spec import RopeSpec
+from aioengine.worker.models.rope_config import RopeSpec
 
 
 def inverse_frequencies(rope: RopeSpec, head_dim: int, long: bool = False) -> torch.Tensor:

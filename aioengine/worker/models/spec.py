@@ -11,12 +11,32 @@ hold the two against each other.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aioengine.worker.models.rope_config import (
+    DEFAULT_ROPE_THETA,
+    ROPE_TYPES,
+    Getter,
+    RopeSpec,
+    _is_int,
+    _is_number,
+    rope_spec,
+)
+from aioengine.worker.models.spec_families import (
+    MOE_FAMILIES,
+    gemma3_fields,
+    moe_fields,
+    window_fields,
+)
 from aioengine.worker.parallel.state import divide
+
+# Families whose attention_bias flag is honoured (Qwen2: always biased q/k/v).
+_ATTN_BIAS = ("llama", "qwen3", "qwen3_moe", "gemma3")
+
+__all__ = ["DEFAULT_ROPE_THETA", "ROPE_TYPES", "SUPPORTED_ARCHITECTURES", "ModelSpec", "RopeSpec",
+           "family_of", "rope_spec"]
 
 # HF ``architectures`` entry -> family. The families differ only in flags below.
 SUPPORTED_ARCHITECTURES = {
@@ -27,9 +47,11 @@ SUPPORTED_ARCHITECTURES = {
     "MixtralForCausalLM": "mixtral",
     "Phi3ForCausalLM": "phi3",
     "MistralForCausalLM": "mistral",
+    "Gemma3ForCausalLM": "gemma3",
 }
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
-                "mixtral": "mixtral", "phi3": "phi3", "mistral": "mistral"}
+                "mixtral": "mixtral", "phi3": "phi3", "mistral": "mistral",
+                "gemma3_text": "gemma3"}
 
 _QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
          "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096,
@@ -50,16 +72,19 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
                 "rope_theta": 1e6, "num_local_experts": 8, "num_experts_per_tok": 2},
     "mistral": {"vocab_size": 32000, "intermediate_size": 14336, "num_key_value_heads": 8,
                 "max_position_embeddings": 131072, "head_dim": None, "sliding_window": 4096},
+    "gemma3": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "head_dim": 256, "max_position_embeddings": 131072, "tie_word_embeddings": True,
+               "sliding_window": 4096, "query_pre_attn_scalar": 256, "rope_theta": 1e6,
+               "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
+               "hidden_activation": "gelu_pytorch_tanh"},
     "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
              "num_key_value_heads": None, "max_position_embeddings": 4096, "head_dim": None,
              "rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096},
 }
-MOE_FAMILIES = ("qwen3_moe", "mixtral")
 _COMMON_DEFAULTS = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
                     "hidden_act": "silu", "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
                     "attention_bias": False}
-DEFAULT_ROPE_THETA = 10000.0  # transformers' ``default_theta``
-ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads", "max_position_embeddings")
@@ -67,26 +92,6 @@ _OPTIONAL_INTS = ("num_key_value_heads", "head_dim")
 _BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window",
           "norm_topk_prob")
 
-Getter = Callable[[str], Any]  # config key -> value, None when absent
-
-
-@dataclass(frozen=True)
-class RopeSpec:
-    theta: float
-    rope_type: str = "default"  # default | linear | llama3
-    factor: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position: int = 8192
-    # Phi-3 "longrope" ("su"): per-frequency divisors below / above the original context,
-    # cos and sin scaled by ``attention_factor``.
-    short_factor: tuple[float, ...] = ()
-    long_factor: tuple[float, ...] = ()
-    attention_factor: float = 1.0
-    partial_rotary_factor: float = 1.0  # rotate only this leading fraction of each head
-
-    def rotary_dim(self, head_dim: int) -> int:
-        return int(head_dim * self.partial_rotary_factor)
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,16 @@ class ModelSpec:
     # position p sees keys p - sliding_window + 1 .. p only.
     sliding_window: int | None = None
     window_layers: tuple[int, ...] = ()
+    # Gemma 3: (1 + w) RMSNorms, also after attention and around the MLP; GELU (tanh) MLP;
+    # embeddings times embed_scale; queries scaled by attn_scale (else head_dim ** -0.5);
+    # windowed layers on local_rope; logits soft-capped.
+    norm_offset: bool = False
+    sandwich_norms: bool = False
+    hidden_act: str = "silu"
+    embed_scale: float | None = None
+    attn_scale: float | None = None
+    local_rope: RopeSpec | None = None
+    final_logit_softcapping: float | None = None
 
     @property
     def all_layers_windowed(self) -> bool:
@@ -200,17 +215,10 @@ def _check_types(values: Mapping[str, Any], source: str) -> None:
             raise ValueError(f"{source}: {key!r} must be true or false, got {values[key]!r}")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _build(get: Getter, family: str, source: str) -> ModelSpec:
-    act = get("hidden_act") or "silu"
-    if act != "silu":
+    extra = gemma3_fields(get, source) if family == "gemma3" else {}
+    act = extra.get("hidden_act") or get("hidden_act") or "silu"
+    if act != "silu" and family != "gemma3":
         raise ValueError(f"{source}: hidden_act {act!r} is not supported (only 'silu')")
     heads = get("num_attention_heads")
     kv_heads = get("num_key_value_heads") or heads
@@ -231,159 +239,14 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
         head_dim=get("head_dim") or get("hidden_size") // heads,
         max_position_embeddings=get("max_position_embeddings"),
         rms_norm_eps=float(get("rms_norm_eps")),
-        rope=rope_spec(get, source, family, get("hidden_size") // heads),
+        rope=extra.pop("rope", None) or rope_spec(get, source, family,
+                                                  get("hidden_size") // heads),
         qkv_bias=True if family == "qwen2" else attention_bias and family in _ATTN_BIAS,
         o_bias=attention_bias and family in _ATTN_BIAS,
         mlp_bias=bool(get("mlp_bias")) if family == "llama" else False,
-        qk_norm=family in ("qwen3", "qwen3_moe"),
+        qk_norm=extra.pop("qk_norm", family in ("qwen3", "qwen3_moe")),
         tie_word_embeddings=bool(get("tie_word_embeddings")),
         checkpoint_dtype=None if dtype is None else str(dtype).removeprefix("torch."),
         **moe,
-        **window_fields(get, family, source),
+        **(extra or window_fields(get, family, source)),
     )
-
-
-def window_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
-    """The sliding window and its layers, as transformers reads them per family."""
-    layers = get("num_hidden_layers")
-    if family in ("qwen2", "qwen3", "qwen3_moe") and not get("use_sliding_window"):
-        return {}
-    window = get("sliding_window")
-    if window is None or family == "llama":
-        return {}
-    if not _is_int(window) or window < 1:
-        raise ValueError(f"{source}: 'sliding_window' must be a positive integer or null, got "
-                         f"{window!r}")
-    if family not in ("qwen2", "qwen3"):
-        return {"sliding_window": window, "window_layers": tuple(range(layers))}
-    types = get("layer_types")
-    if types is None:
-        first = get("max_window_layers")
-        if not _is_int(first) or first < 0:
-            raise ValueError(f"{source}: 'max_window_layers' must be a non-negative integer, "
-                             f"got {first!r}")
-        return {"sliding_window": window, "window_layers": tuple(range(first, layers))}
-    kinds = ("full_attention", "sliding_attention")
-    if (not isinstance(types, list | tuple) or len(types) != layers
-            or not all(t in kinds for t in types)):
-        raise ValueError(f"{source}: 'layer_types' must list {layers} of {list(kinds)}, got "
-                         f"{types!r}")
-    return {"sliding_window": window,
-            "window_layers": tuple(i for i, t in enumerate(types) if t == "sliding_attention")}
-
-
-_ATTN_BIAS = ("llama", "qwen3", "qwen3_moe")  # families whose attention_bias flag is honoured
-
-
-def moe_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
-    """The expert settings and which layers are sparse (as transformers decides it)."""
-    experts = get("num_experts")
-    experts = get("num_local_experts") if experts is None else experts
-    top_k = get("num_experts_per_tok")
-    layers = get("num_hidden_layers")
-    for key, value in (("num_experts", experts), ("num_experts_per_tok", top_k)):
-        if not _is_int(value) or value < 1:
-            raise ValueError(f"{source}: {key!r} must be a positive integer, got {value!r}")
-    if top_k > experts:
-        raise ValueError(f"{source}: num_experts_per_tok ({top_k}) exceeds num_experts "
-                         f"({experts})")
-    if family == "mixtral":  # every layer sparse, experts as wide as the dense MLP
-        return {"num_experts": experts, "num_experts_per_tok": top_k,
-                "moe_intermediate_size": get("intermediate_size"), "norm_topk_prob": True,
-                "moe_layers": tuple(range(layers))}
-    size, step = get("moe_intermediate_size"), get("decoder_sparse_step")
-    dense = get("mlp_only_layers") or []
-    if not _is_int(size) or size < 1:
-        raise ValueError(f"{source}: 'moe_intermediate_size' must be a positive integer, got "
-                         f"{size!r}")
-    if not _is_int(step) or step < 1:
-        raise ValueError(f"{source}: 'decoder_sparse_step' must be a positive integer, got "
-                         f"{step!r}")
-    if not isinstance(dense, list | tuple) or not all(_is_int(i) for i in dense):
-        raise ValueError(f"{source}: 'mlp_only_layers' must be a list of layer indices, got "
-                         f"{dense!r}")
-    return {"num_experts": experts, "num_experts_per_tok": top_k, "moe_intermediate_size": size,
-            "norm_topk_prob": bool(get("norm_topk_prob")),
-            "moe_layers": tuple(i for i in range(layers)
-                                if i not in dense and (i + 1) % step == 0)}
-
-
-def rope_spec(get: Getter, source: str = "config", family: str = "llama",
-              default_head_dim: int = 0) -> RopeSpec:
-    """RoPE settings as transformers standardises them: ``rope_scaling`` (older configs) or
-    ``rope_parameters`` (transformers 5), with ``rope_theta`` inside or at the top level."""
-    given = get("rope_scaling") or get("rope_parameters") or {}
-    if not isinstance(given, Mapping):
-        raise ValueError(f"{source}: 'rope_parameters' must be an object, got {given!r}")
-    params = dict(given)
-    theta = params.get("rope_theta", get("rope_theta"))
-    theta = DEFAULT_ROPE_THETA if theta is None else theta
-    partial = params.get("partial_rotary_factor", get("partial_rotary_factor"))
-    if partial not in (None, 1, 1.0) and (family != "phi3" or not _is_number(partial)
-                                          or not 0 < partial <= 1):
-        raise ValueError(f"{source}: partial rotary embeddings (partial_rotary_factor="
-                         f"{partial!r}) are not supported")
-    partial = 1.0 if partial is None else float(partial)
-    rope_type = params.get("rope_type", params.get("type")) or "default"
-    if family == "phi3" and rope_type == "su":  # transformers' Phi-3 reads "su" as longrope
-        rope_type = "longrope"
-    if rope_type == "longrope" and family != "phi3":
-        raise ValueError(f"{source}: rope type 'longrope' is supported for Phi-3 only")
-    if rope_type not in ROPE_TYPES:
-        raise ValueError(f"{source}: rope type {rope_type!r} is not supported; supported: "
-                         f"{list(ROPE_TYPES)}")
-
-    def number(key: str) -> float:
-        value = params.get(key)
-        if not _is_number(value) or value <= 0:
-            missing = "missing" if value is None else f"{value!r}"
-            raise ValueError(f"{source}: {rope_type} RoPE needs a positive {key!r}, got "
-                             f"{missing}")
-        return float(value)
-
-    if not _is_number(theta) or theta <= 0:
-        raise ValueError(f"{source}: 'rope_theta' must be a positive number, got {theta!r}")
-    if rope_type == "default":
-        return RopeSpec(theta=float(theta), partial_rotary_factor=partial)
-    if rope_type == "linear":
-        return RopeSpec(theta=float(theta), rope_type="linear", factor=number("factor"))
-    # As transformers: a top-level original_max_position_embeddings wins, then the dict's,
-    # then max_position_embeddings.
-    if get("original_max_position_embeddings") is not None:
-        params["original_max_position_embeddings"] = get("original_max_position_embeddings")
-    params.setdefault("original_max_position_embeddings", get("max_position_embeddings"))
-    if rope_type == "longrope":
-        return _longrope(params, get, float(theta), partial,
-                         get("head_dim") or default_head_dim, source)
-    return RopeSpec(
-        theta=float(theta), rope_type="llama3", factor=number("factor"),
-        low_freq_factor=number("low_freq_factor"), high_freq_factor=number("high_freq_factor"),
-        original_max_position=int(number("original_max_position_embeddings")))
-
-
-def _longrope(params: Mapping[str, Any], get: Getter, theta: float, partial: float,
-              head_dim: int, source: str) -> RopeSpec:
-    """As transformers' ``_compute_longrope_parameters``."""
-    original = params["original_max_position_embeddings"]
-    if not _is_int(original) or original < 1:
-        raise ValueError(f"{source}: 'original_max_position_embeddings' must be a positive "
-                         f"integer, got {original!r}")
-    half = int(head_dim * partial) // 2
-    factors = {}
-    for key in ("short_factor", "long_factor"):
-        value = params.get(key)
-        if (not isinstance(value, list | tuple) or len(value) != half
-                or not all(_is_number(x) and x > 0 for x in value)):
-            raise ValueError(f"{source}: longrope RoPE needs {key!r} as {half} positive numbers "
-                             f"(rotary dims / 2), got {value!r}")
-        factors[key] = tuple(float(x) for x in value)
-    factor = params.get("factor")
-    if factor is None:
-        factor = get("max_position_embeddings") / original
-    attention = params.get("attention_factor")
-    if attention is None:
-        attention = (1.0 if factor <= 1.0
-                     else math.sqrt(1 + math.log(factor) / math.log(original)))
-    return RopeSpec(theta=theta, rope_type="longrope", factor=float(factor),
-                    original_max_position=original, attention_factor=float(attention),
-                    partial_rotary_factor=partial, **factors)
