@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from aioengine.worker import gemv
 from aioengine.worker.parallel.distributed import all_reduce
 from aioengine.worker.parallel.state import TPInfo, divide
 from aioengine.worker.parallel.weights import copy_cols, copy_rows
@@ -44,7 +44,7 @@ class MergedColumnParallelLinear(nn.Module):
         self.bias = _param((local_out,), dtype, device) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return gemv.linear(x, self.weight, self.bias)
 
     def full_shape(self, part: int, is_bias: bool) -> tuple[int, ...]:
         """The unsharded checkpoint shape of one part."""
@@ -95,7 +95,7 @@ class RowParallelLinear(nn.Module):
         self.bias = _param((out_features,), dtype, device) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = all_reduce(F.linear(x, self.weight), self.tp)
+        out = all_reduce(gemv.linear(x, self.weight), self.tp)
         if self.bias is not None:  # added once, after the sum
             out = out + self.bias
         return out
