@@ -1,13 +1,16 @@
 # Every target sets up .venv first (idempotent, fast when nothing changed).
 PY := .venv/bin/python
 
-.PHONY: setup bench test lint docs clean
+.PHONY: setup bench chat test lint docs clean
 
 setup:
 	@bash scripts/setup.sh
 
 bench: setup
 	$(PY) -m aioengine.bench --quick
+
+chat: setup
+	$(PY) examples/chat_terminal.py
 
 test: setup
 	bash scripts/test.sh

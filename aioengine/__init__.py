@@ -22,11 +22,13 @@ _PUBLIC = {
     "EngineStats": "aioengine.messages.engine_io",
     "EngineStartupError": "aioengine.runtime.errors",
     "EngineDeadError": "aioengine.runtime.errors",
+    "EngineOverloadedError": "aioengine.runtime.errors",
     "make_client": "aioengine.client.factory",
 }
 
 __all__ = [
-    "LLM", "AsyncMPClient", "EngineConfig", "EngineDeadError", "EngineStartupError",
+    "LLM", "AsyncMPClient", "EngineConfig", "EngineDeadError", "EngineOverloadedError",
+    "EngineStartupError",
     "EngineStats", "RequestMetrics", "RequestOutput", "SamplingParams", "SyncMPClient",
     "__version__", "make_client",
 ]
@@ -40,7 +42,11 @@ if TYPE_CHECKING:
     from aioengine.config import EngineConfig
     from aioengine.messages.engine_io import EngineStats
     from aioengine.messages.sampling_params import SamplingParams
-    from aioengine.runtime.errors import EngineDeadError, EngineStartupError
+    from aioengine.runtime.errors import (
+        EngineDeadError,
+        EngineOverloadedError,
+        EngineStartupError,
+    )
 
 
 def __getattr__(name: str) -> Any:

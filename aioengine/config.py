@@ -66,6 +66,12 @@ class EngineConfig:
     """Bytes for the KV cache; ignored when ``num_kv_blocks`` is set."""
     kv_cache_memory_fraction: float = 0.5
     """Fraction of free memory for the KV cache when neither of the above is set."""
+    max_queued_requests: int | None = None
+    """Admission control: the most requests a client keeps waiting for their first step; one
+    more is refused at once with ``EngineOverloadedError`` (the server answers 503 with
+    ``Retry-After``). None: no limit."""
+    max_queued_tokens: int | None = None
+    """Admission control: the most prompt tokens of waiting requests, likewise."""
     enable_prefix_caching: bool = True
     """Share the KV blocks of identical prompt prefixes between requests."""
     enable_chunked_prefill: bool = True
@@ -118,6 +124,9 @@ class EngineConfig:
             _positive("num_kv_blocks", self.num_kv_blocks)
         if self.num_threads is not None:
             _positive("num_threads", self.num_threads)
+        for name in ("max_queued_requests", "max_queued_tokens"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
         if self.kv_cache_memory is not None:
             _positive("kv_cache_memory", self.kv_cache_memory)
         if not 0.0 < self.kv_cache_memory_fraction <= 0.95:

@@ -42,7 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("suite", nargs="?", default="all", choices=["all", *suites.suite_names()],
                    help="which suite to run (default: all)")
     p.add_argument("--model", default="tiny",
-                   help="tiny, a preset name, or a local model directory; with --endpoint, "
+                   help="tiny, a preset name (smollm2-135m-instruct: real weights), a GGUF "
+                        "file or a local model directory; with --endpoint, "
                         "its tokenizer must match the server's model (default: tiny)")
     p.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
     p.add_argument("--only", default="",

@@ -55,9 +55,9 @@ def run_hf_baseline(model: str, workload: Workload, batch_size: int, repeats: in
 # ---- the child: everything below runs with torch imported -----------------------------------
 
 def _load(model: str, threads: int | None) -> Any:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
+    from aioengine.bench.hf_load import hf_model
     from aioengine.config import EngineConfig
     from aioengine.hub import resolve_model
     from aioengine.worker.loader.devices import resolve_device, resolve_dtype
@@ -69,12 +69,7 @@ def _load(model: str, threads: int | None) -> Any:
     hf_config = AutoConfig.from_pretrained(resolved.model_path)
     device = resolve_device("auto")
     dtype = resolve_dtype("auto", hf_config, device)
-    if resolved.load_format_hint == "dummy":
-        torch.manual_seed(0)
-        m = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
-    else:
-        m = AutoModelForCausalLM.from_pretrained(resolved.model_path, dtype=dtype)
-    return m.to(device).eval()
+    return hf_model(resolved, dtype).to(device).eval()
 
 
 def _pad_id(model: Any) -> int:

@@ -206,18 +206,12 @@ class _HFModel:
 
     def __init__(self, runner: Any) -> None:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
 
+        from aioengine.bench.hf_load import hf_model
         from aioengine.hub import resolve_model
 
         resolved = resolve_model(runner.config.model, runner.config.tokenizer)
-        if resolved.load_format_hint == "dummy":  # presets: random weights of the same shapes
-            hf_config = AutoConfig.from_pretrained(resolved.model_path)
-            self.model = AutoModelForCausalLM.from_config(hf_config, dtype=runner.dtype)
-        else:
-            self.model = AutoModelForCausalLM.from_pretrained(resolved.model_path,
-                                                              dtype=runner.dtype)
-        self.model = self.model.to(runner.device).eval()
+        self.model = hf_model(resolved, runner.dtype).to(runner.device).eval()
         self.device = runner.device
         self.torch = torch
 

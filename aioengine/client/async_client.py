@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from aioengine.client.admission import Admission
 from aioengine.client.chat_template import ChatMessage
 from aioengine.client.engine_death import EngineDeath
 from aioengine.client.engine_messages import EngineMessageRouter
@@ -34,7 +35,7 @@ from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
 from aioengine.client.request_stream import RequestStream
-from aioengine.client.tokenizer import Tokenizer
+from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import (
     AbortRequests,
@@ -47,6 +48,23 @@ from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 from transports.errors import TransportError
+
+# Longer texts are templated and tokenized in a worker thread: a 3.9 MB chat message took 5-9 s
+# of tokenizer time, and on the event loop it stalled every other stream of the host (and a
+# server's /health) for that long. Shorter ones stay on the loop (well under a millisecond;
+# the thread hand-off would cost more than it saves).
+INLINE_TEXT_CHARS = LONG_TEXT_CHARS
+
+
+def _text_size(messages: Sequence[ChatMessage]) -> int:
+    size = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            size += len(content)
+        elif isinstance(content, list):
+            size += sum(len(str(part)) for part in content)
+    return size
 
 
 class AsyncMPClient:
@@ -91,6 +109,8 @@ class AsyncMPClient:
         self._send_lock: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._death = EngineDeath(self._streams, self._calls)
+        self._admission = Admission(self.config.max_queued_requests,
+                                    self.config.max_queued_tokens)
         self._router = EngineMessageRouter(self._by_wire, self._calls, self._death)
         self._closed = False
         self._encoder = msgspec.msgpack.Encoder()
@@ -156,6 +176,13 @@ class AsyncMPClient:
     def is_dead(self) -> bool:
         """True once the engine died or the client was shut down."""
         return self._death.error is not None
+
+    async def wait_dead(self) -> EngineDeadError:
+        """Return once the engine is declared dead (a child died, its channel closed, it
+        failed), with the cause; never returns while it lives (cancel the wait instead). It
+        also returns once the client is shut down (``is_dead`` is True then too)."""
+        await self._death.declared.wait()
+        return self._death.fresh_error()
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -226,7 +253,10 @@ class AsyncMPClient:
                        ) -> AsyncIterator[RequestOutput]:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
-        ids, params = self.prepare(prompt, params)
+        if isinstance(prompt, str) and len(prompt) > INLINE_TEXT_CHARS:
+            ids, params = await asyncio.to_thread(self.prepare, prompt, params)
+        else:
+            ids, params = self.prepare(prompt, params)
         # aclosing: closing this generator closes the inner one now (its cleanup aborts the
         # request), not whenever the loop's async-generator finalizer gets to it.
         async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
@@ -238,7 +268,11 @@ class AsyncMPClient:
                    *, request_id: str | None = None, priority: int = 0,
                    **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
-        ids, params = self.prepare_chat(messages, params, **template_kwargs)
+        if _text_size(messages) > INLINE_TEXT_CHARS:
+            ids, params = await asyncio.to_thread(self.prepare_chat, messages, params,
+                                                  **template_kwargs)
+        else:
+            ids, params = self.prepare_chat(messages, params, **template_kwargs)
         async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
@@ -259,6 +293,7 @@ class AsyncMPClient:
         # engine, with its outputs and our abort in flight: a fresh wire id per request keeps
         # a caller's reused id apart from it.
         wire_id = f"{rid}#{next(self._wire_seq)}"
+        self._admission.admit(wire_id, len(ids))  # EngineOverloadedError: nothing was sent
         stream = RequestStream(RequestState(rid, ids, params, detok, now), wire_id)
         state = stream.state
         self._streams[rid] = stream  # registered before any await: duplicate ids are caught
@@ -273,11 +308,13 @@ class AsyncMPClient:
                     stream.event.clear()
                     await stream.event.wait()
                     continue
+                self._admission.started(wire_id)
                 out = state.take_output()
                 yield out
                 if out.finished:
                     return
         finally:
+            self._admission.started(wire_id)
             if self._streams.get(rid) is stream:
                 del self._streams[rid]
             del self._by_wire[wire_id]

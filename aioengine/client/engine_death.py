@@ -23,13 +23,15 @@ class EngineDeath:
     """Holds no reference to the client, so the monitor thread's callback does not keep a
     dropped client alive."""
 
-    __slots__ = ("_calls", "_streams", "error", "loop", "quiet", "watching")
+    __slots__ = ("_calls", "_streams", "declared", "error", "loop", "quiet", "watching")
 
     def __init__(self, streams: Mapping[str, RequestStream],
                  calls: Mapping[int, asyncio.Future[Any]]) -> None:
         self._streams = streams
         self._calls = calls
         self.error: EngineDeadError | None = None
+        self.declared = asyncio.Event()
+        """Set (on the client's loop) when the engine is declared dead."""
         self.loop: asyncio.AbstractEventLoop | None = None
         """The client's loop, where a death seen by the monitor thread is declared."""
         self.watching = False
@@ -42,6 +44,7 @@ class EngineDeath:
         if self.error is not None:
             return
         self.error = error
+        self.declared.set()
         if not self.quiet:
             logger.error("engine is dead: %s", error)
         for stream in self._streams.values():

@@ -28,13 +28,9 @@ ARCHITECTURES = {
 }
 
 
-def hf_config(parsed: dict[str, Any], path: str) -> dict[str, Any]:
+def hf_config(parsed: dict[str, Any], arch: str) -> dict[str, Any]:
     config = {k: v for k, v in parsed.items() if not k.startswith("_")}
-    model_type = config.get("model_type")
-    if model_type not in ARCHITECTURES:
-        raise ValueError(f"{path}: GGUF architecture {model_type!r} is not supported; "
-                         f"supported: {sorted(ARCHITECTURES)}")
-    config["architectures"] = [ARCHITECTURES[model_type]]
+    config["architectures"] = [ARCHITECTURES[arch]]
     return config
 
 
@@ -44,12 +40,20 @@ def write(path: str, out_dir: str) -> None:
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     reader = gguf.GGUFReader(path)
+    field = reader.fields.get("general.architecture")
+    arch = field.contents() if field is not None else None
+    if arch not in ARCHITECTURES:  # before transformers, whose errors say less
+        raise ValueError(f"GGUF architecture {arch!r} is not supported; supported: "
+                         f"{sorted(ARCHITECTURES)}")
     bad = unsupported_types(t.tensor_type.name for t in reader.tensors)
     if bad:
-        raise ValueError(f"{path}: tensor type(s) {bad} are not supported; supported: "
+        raise ValueError(f"tensor type(s) {bad} are not supported; supported: "
                          f"{list(SUPPORTED_TYPES)}")
     parsed = load_gguf_checkpoint(path, return_tensors=False)
-    config = hf_config(parsed["config"], path)
+    config = hf_config(parsed["config"], arch)
+    key_length = reader.fields.get(f"{arch}.attention.key_length")
+    if key_length is not None:  # transformers' qwen2/qwen3 mapping drops it (llama.cpp's is it)
+        config["head_dim"] = int(key_length.contents())
     architecture, tokenizer_dict, tokenizer_config = get_gguf_tokenizer(path)
     fast, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
     fast.save(os.path.join(out_dir, "tokenizer.json"))

@@ -54,3 +54,15 @@ class EngineDeadError(RuntimeError):
         """The name of the process that died, when one did (e.g. ``aioengine-engine``)."""
         self.exitcode = exitcode
         """Its exit code (negative: killed by that signal), when known."""
+
+
+class EngineOverloadedError(RuntimeError):
+    """A request refused at once because the engine's queue is at its limit
+    (``EngineConfig.max_queued_requests`` / ``max_queued_tokens``); retry later."""
+
+    def __init__(self, message: str, *, queued_requests: int, queued_tokens: int) -> None:
+        super().__init__(message)
+        self.queued_requests = queued_requests
+        """Requests waiting for their first step when this one was refused."""
+        self.queued_tokens = queued_tokens
+        """Their prompt tokens."""

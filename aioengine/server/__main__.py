@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +29,11 @@ from typing import Any
 from aiohttp import web
 
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
+from aioengine.hub import served_model_name
+from aioengine.server.accept_log import guard_descriptors
 from aioengine.server.app import ServerSettings, create_app
+from aioengine.server.auth import API_KEY_ENV, collect_keys
+from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
 
 logger = logging.getLogger("aioengine.serve")
 
@@ -37,6 +43,10 @@ _BACKLOG = 128
 
 class BindError(Exception):
     """The listening socket could not be opened (a port taken, an address not ours)."""
+
+
+class EngineDied(Exception):
+    """The engine died while serving and the policy is to exit (``--on-engine-death exit``)."""
 
 
 class StoppedBySignal(Exception):
@@ -77,9 +87,9 @@ def bind_listeners(host: str, port: int) -> list[socket.socket]:
     return socks
 
 
-def listen_urls(addresses: Sequence[tuple[Any, ...]]) -> list[str]:
-    """``http://`` URLs of bound socket addresses (IPv6 hosts in brackets)."""
-    return [f"http://[{a[0]}]:{a[1]}" if ":" in a[0] else f"http://{a[0]}:{a[1]}"
+def listen_urls(addresses: Sequence[tuple[Any, ...]], scheme: str = "http") -> list[str]:
+    """URLs of bound socket addresses (IPv6 hosts in brackets)."""
+    return [f"{scheme}://[{a[0]}]:{a[1]}" if ":" in a[0] else f"{scheme}://{a[0]}:{a[1]}"
             for a in addresses]
 
 
@@ -93,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--port", type=int, default=8000,
                       help="TCP port; 0 picks a free one, logged at start (default: 8000)")
     http.add_argument("--served-model-name", default=None,
-                      help="the name clients send as 'model' (default: --model)")
+                      help="the name clients send as 'model' (default: the model's short name: "
+                           "a built-in's name, a GGUF file's stem, a directory's name)")
     http.add_argument("--max-request-bytes", type=int, default=ServerSettings.max_request_bytes,
                       help="larger request bodies get 413 (default: %(default)s)")
     http.add_argument("--default-max-tokens", type=int, default=None,
@@ -102,16 +113,72 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--grace-period", type=float, default=10.0,
                       help="seconds in-flight requests may run after SIGTERM/SIGINT before "
                            "they are aborted (default: %(default)s)")
+    http.add_argument("--idle-timeout", type=float, default=15.0, metavar="SECONDS",
+                      help="close a connection that has not sent a whole request's headers "
+                           "within this many seconds of connecting or of its last response "
+                           "(slow or half-sent requests; default: %(default)s)")
+    http.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                      help="abort a generation request that has not finished this many seconds "
+                           "after it arrived: 504 'timeout', or an error event when streaming "
+                           "(a request's own 'timeout' field can shorten it; default: none)")
+    http.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                      help="require 'Authorization: Bearer KEY' on every route but /health and "
+                           "/metrics (repeatable: any of the keys is accepted; also "
+                           f"${API_KEY_ENV}); keys never appear in logs")
+    http.add_argument("--api-key-file", default=None, metavar="PATH",
+                      help="API keys, one per line ('#' comments), in addition to --api-key")
+    http.add_argument("--protect-health-and-metrics", action="store_true",
+                      help="with API keys: /health and /metrics need a key too (default: open)")
+    http.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
+                      help="host names the Host header may name (DNS-rebinding guard; '*': "
+                           "any). Default: localhost, 127.0.0.1 and ::1 when bound to "
+                           "loopback only, else any")
+    http.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
+                      help="browser origins allowed to call the API cross-origin (CORS), e.g. "
+                           "https://app.example; '*' for any (default: none, CORS off)")
+    http.add_argument("--allowed-methods", nargs="+", default=["*"], metavar="METHOD",
+                      help="with --allowed-origins: methods a preflight allows (default: *)")
+    http.add_argument("--allowed-headers", nargs="+", default=["*"], metavar="HEADER",
+                      help="with --allowed-origins: request headers allowed (default: *)")
+    http.add_argument("--allow-credentials", action="store_true",
+                      help="with --allowed-origins: allow cookies/HTTP auth cross-origin")
+    http.add_argument("--ssl-certfile", default=None, metavar="PATH",
+                      help="serve HTTPS with this certificate chain (PEM); needs --ssl-keyfile")
+    http.add_argument("--ssl-keyfile", default=None, metavar="PATH",
+                      help="the private key of --ssl-certfile (PEM)")
+    http.add_argument("--on-engine-death", choices=("exit", "keep"), default="exit",
+                      help="when the engine dies while serving: 'exit' ends the streams in "
+                           "flight with errors and exits with status 1, for a supervisor "
+                           "(systemd, Kubernetes) to restart; 'keep' stays up answering 503 "
+                           "(default: exit)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     EngineConfig.add_cli_args(parser)
     return parser
 
 
+def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    """A server-side TLS context (Python's secure defaults), or None for plain HTTP;
+    ValueError naming the file for a missing or unusable certificate or key."""
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None or keyfile is None:
+        raise ValueError("--ssl-certfile and --ssl-keyfile go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the TLS certificate {certfile!r} with key {keyfile!r}: "
+                         f"{e}") from e
+    return context
+
+
 async def serve(config: EngineConfig, settings: ServerSettings, socks: list[socket.socket],
-                grace_period: float) -> None:
+                grace_period: float, ssl_context: ssl.SSLContext | None = None,
+                on_engine_death: str = "exit", idle_timeout: float = 15.0) -> None:
     """Start the engine, then serve HTTP on ``socks`` (from ``bind_listeners``) until a
-    signal; the sockets are closed on every way out."""
+    signal, or until the engine dies when ``on_engine_death`` is ``exit`` (``EngineDied``);
+    the sockets are closed on every way out."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     main_task = asyncio.current_task()
@@ -140,17 +207,22 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
         async with AsyncMPClient(config) as client:
             # The app drains its generations itself (ServerSettings.shutdown_grace_period);
             # aiohttp's own wait is a backstop for the rest, and it reads 0 as "no limit".
+            # keepalive_timeout also closes a connection that has not sent a whole request's
+            # headers by then (aiohttp starts it at accept): half-sent requests (slowloris)
+            # were held for as long as their client liked.
             runner = web.AppRunner(create_app(client, settings),
-                                   shutdown_timeout=max(grace_period, 1.0), access_log=None)
+                                   shutdown_timeout=max(grace_period, 1.0), access_log=None,
+                                   keepalive_timeout=idle_timeout)
             await runner.setup()
             try:
                 for sock in socks:
-                    await web.SockSite(runner, sock).start()
+                    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
                 logger.info("aioengine server listening on %s (model %r)",
-                            " and ".join(listen_urls(runner.addresses)),
-                            settings.model_name or config.model)
+                            " and ".join(listen_urls(runner.addresses,
+                                                     "https" if ssl_context else "http")),
+                            settings.model_name or served_model_name(config.model))
                 serving = True
-                await stop.wait()
+                await _until_stopped(client, stop, on_engine_death)
             finally:
                 await runner.cleanup()
         logger.info("server stopped")
@@ -167,32 +239,72 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
             sock.close()
 
 
+async def _until_stopped(client: AsyncMPClient, stop: asyncio.Event, on_engine_death: str
+                         ) -> None:
+    """Until a signal sets ``stop``; or until the engine dies, with the ``exit`` policy: its
+    streams have ended with errors by then, and the cleanup that follows stops accepting."""
+    death = asyncio.ensure_future(client.wait_dead())
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({death, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        death.cancel()
+        stopped.cancel()
+    if stop.is_set() or not death.done() or death.cancelled():
+        return
+    if on_engine_death == "exit":
+        logger.error("the engine died (%s): exiting with status 1 so that a supervisor "
+                     "restarts the server", death.result())
+        raise EngineDied(str(death.result()))
+    logger.error("the engine died (%s): answering 503 until stopped (--on-engine-death keep)",
+                 death.result())
+    await stop.wait()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.grace_period >= 0:
         parser.error(f"--grace-period must be >= 0, got {args.grace_period}")
+    if not args.idle_timeout > 0:
+        parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
     try:
         config = EngineConfig.from_cli_args(args)
         settings = ServerSettings(model_name=args.served_model_name,
                                   max_request_bytes=args.max_request_bytes,
                                   default_max_tokens=args.default_max_tokens,
-                                  shutdown_grace_period=args.grace_period)
+                                  shutdown_grace_period=args.grace_period,
+                                  request_timeout=args.request_timeout,
+                                  api_keys=collect_keys(args.api_key, args.api_key_file),
+                                  protect_health_and_metrics=args.protect_health_and_metrics,
+                                  allowed_origins=tuple(args.allowed_origins),
+                                  allowed_methods=tuple(args.allowed_methods),
+                                  allowed_headers=tuple(args.allowed_headers),
+                                  allow_credentials=args.allow_credentials)
+        ssl_context = tls_context(args.ssl_certfile, args.ssl_keyfile)
     except ValueError as e:
         parser.error(str(e))
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in [0, 65535], got {args.port}")
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    guard_descriptors(logger)
     try:
         socks = bind_listeners(args.host, args.port)
     except BindError as e:
         logger.error("%s", e)
         return 1
+    if args.allowed_hosts is not None:
+        settings = dataclasses.replace(settings, allowed_hosts=tuple(args.allowed_hosts))
+    elif all_loopback(socks):
+        settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_HOSTS)
     try:
-        asyncio.run(serve(config, settings, socks, args.grace_period))
+        asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context,
+                          args.on_engine_death, args.idle_timeout))
     except StoppedBySignal as e:
         return 128 + e.signum
+    except EngineDied:
+        return 1
     except (EngineStartupError, OSError) as e:  # OSError: e.g. an unwritable model cache
         logger.error("the engine failed to start: %s", e)
         return 1

@@ -19,11 +19,17 @@ import msgspec
 from aiohttp import web
 
 from aioengine import EngineDeadError
+from aioengine.hub import served_model_name
+from aioengine.server.auth import api_key_middleware
+from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
-from aioengine.server.errors import ApiError, engine_dead, error_middleware
+from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
+from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
+from aioengine.server.openapi import openapi_document
 from aioengine.server.responses import TOKEN_CACHE
+from aioengine.server.tokenize_routes import TokenizeRoutes
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,9 @@ class ServerSettings:
     """HTTP-side settings of ``create_app`` (the engine's are in ``EngineConfig``)."""
 
     model_name: str | None = None
-    """The name clients send as ``model``; defaults to the engine's ``config.model``."""
+    """The name clients send as ``model``; defaults to the model's short name (a built-in's
+    name, a GGUF file's stem, a directory's name: ``served_model_name``). Requests naming the
+    engine's ``config.model`` as given are accepted too."""
     max_request_bytes: int = 4 << 20
     """Bodies over this get a 413."""
     default_max_tokens: int | None = None
@@ -40,6 +48,29 @@ class ServerSettings:
     """Seconds ``/health`` and ``/metrics`` wait for the engine to answer."""
     disconnect_poll_interval: float = 0.2
     """Seconds between checks for HTTP clients that went away (their requests are aborted)."""
+    request_timeout: float | None = None
+    """Seconds a generation request may take from arrival to its end; past it the request is
+    aborted in the engine and answered 504 ``timeout`` (an error event when streaming). A
+    request's own ``timeout`` field can only shorten it. None: no limit."""
+    api_keys: tuple[str, ...] = ()
+    """When any: every route but ``/health`` and ``/metrics`` needs ``Authorization: Bearer``
+    with one of these keys (401 otherwise)."""
+    protect_health_and_metrics: bool = False
+    """With ``api_keys``: ``/health`` and ``/metrics`` need a key too (by default they are open
+    for probes and scrapers)."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """Host names (without port; ``*``: any) the ``Host`` header may name, else 400: a guard
+    against DNS rebinding. None: no check (``python -m aioengine.serve`` bound to loopback
+    only sets ``localhost``, ``127.0.0.1`` and ``::1``)."""
+    allowed_origins: tuple[str, ...] = ()
+    """Browser origins (``https://app.example``; ``*``: any) allowed to call the API across
+    origins (CORS); none: browsers get no CORS headers and refuse cross-origin calls."""
+    allowed_methods: tuple[str, ...] = ("*",)
+    """With ``allowed_origins``: the methods a preflight allows."""
+    allowed_headers: tuple[str, ...] = ("*",)
+    """With ``allowed_origins``: the request headers a preflight allows."""
+    allow_credentials: bool = False
+    """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
@@ -54,6 +85,12 @@ class ServerSettings:
         for name in ("health_timeout", "disconnect_poll_interval"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if self.request_timeout is not None and not self.request_timeout > 0:
+            raise ValueError(f"request_timeout must be positive, got {self.request_timeout!r}")
+        if any(not isinstance(k, str) or not k for k in self.api_keys):
+            raise ValueError("api_keys must be non-empty strings")
+        if self.protect_health_and_metrics and not self.api_keys:
+            raise ValueError("protect_health_and_metrics needs api_keys")
         if not self.shutdown_grace_period >= 0:
             raise ValueError(
                 f"shutdown_grace_period must be >= 0, got {self.shutdown_grace_period!r}")
@@ -61,10 +98,11 @@ class ServerSettings:
 
 def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
     """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
-    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``GET /health``, ``GET /metrics``."""
+    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
+    ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     config = client.config
-    model = settings.model_name or config.model
+    model = settings.model_name or served_model_name(config.model)
     max_model_len = client.max_model_len
     metrics = ServerMetrics(model)
     watcher = DisconnectWatcher(settings.disconnect_poll_interval)
@@ -77,17 +115,33 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     gen = GenerateHandlers(
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
-        watcher=watcher, token_text=token_text, tokenizer=tokenizer)
+        watcher=watcher, token_text=token_text, tokenizer=tokenizer,
+        request_timeout=settings.request_timeout)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
-    app = web.Application(middlewares=[error_middleware],
-                          client_max_size=settings.max_request_bytes)
+    middlewares = [error_middleware(RefusalLog())]
+    if settings.allowed_hosts is not None:
+        middlewares.append(allowed_hosts_middleware(settings.allowed_hosts))
+    if settings.api_keys:
+        middlewares.append(api_key_middleware(settings.api_keys,
+                                              settings.protect_health_and_metrics))
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_request_bytes)
     app.router.add_post("/v1/chat/completions", gen.chat)
     app.router.add_post("/v1/completions", gen.completions)
     app.router.add_get("/v1/models", info.models)
     app.router.add_get("/v1/models/{model}", info.model)
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
+    TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
+    spec = msgspec.json.encode(openapi_document(bool(settings.api_keys)))
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.Response(body=spec, content_type="application/json")
+
+    app.router.add_get("/openapi.json", openapi)
+    if settings.allowed_origins:
+        enable_cors(app, settings.allowed_origins, settings.allowed_methods,
+                    settings.allowed_headers, settings.allow_credentials)
 
     async def drain(_: web.Application) -> None:
         # on_shutdown runs before aiohttp waits on (and then cuts) the handlers in flight.
@@ -115,7 +169,7 @@ class _Info:
 
     def _card(self) -> dict[str, Any]:
         return {"id": self._model, "object": "model", "created": self._created,
-                "owned_by": "aioengine", "root": self._client.config.model,
+                "owned_by": "aioengine", "root": self._model,
                 "max_model_len": self._max_model_len}
 
     async def models(self, request: web.Request) -> web.Response:

@@ -3,6 +3,7 @@ decode it with a typed decoder."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TypeVar
 
 import msgspec
@@ -13,11 +14,25 @@ from aioengine.server.errors import ApiError, from_decode_error
 T = TypeVar("T")
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
+BODY_TIMEOUT_S = 30.0
+
+
+async def read_body(request: web.Request, limit: int,
+                    timeout: float = BODY_TIMEOUT_S) -> bytes:
     """The whole body, refusing one over ``limit`` bytes as soon as that is known (the declared
-    length, or the bytes read so far of a chunked upload). Reads ``request.content`` directly
-    so the limit holds even when the host app mounting us set another ``client_max_size``."""
+    length, or the bytes read so far of a chunked upload), and one not received within
+    ``timeout`` seconds (408: a client trickling its body holds a connection and a handler
+    for as long as it likes otherwise). Reads ``request.content`` directly so the limit holds
+    even when the host app mounting us set another ``client_max_size``."""
     _check_media_type(request)
+    try:
+        return await asyncio.wait_for(_read(request, limit), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body was not received within {timeout:g} s",
+                       code="request_timeout") from None
+
+
+async def _read(request: web.Request, limit: int) -> bytes:
     declared = request.content_length
     if declared is not None and declared > limit:
         raise _too_large(f"{declared} bytes", limit)
@@ -34,9 +49,12 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 def _check_media_type(request: web.Request) -> None:
-    """JSON, or no Content-Type at all; anything else declared (a form, text, bytes) is 415."""
+    """JSON only; anything else (a form, text, bytes, or no Content-Type at all) is 415. A body
+    without a Content-Type is what a web page's ``no-cors`` fetch can send to a server on the
+    user's loopback without a CORS preflight: accepting it let any page start generations."""
     if "Content-Type" not in request.headers:
-        return
+        raise ApiError(415, "Content-Type must be application/json, got none (curl: add -H "
+                       "'Content-Type: application/json')", code="unsupported_media_type")
     media = request.content_type  # lower-cased, without parameters such as charset
     if media == "application/json" or (media.startswith("application/")
                                         and media.endswith("+json")):
@@ -52,6 +70,9 @@ def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         return decoder.decode(body)
     except msgspec.DecodeError as e:
         raise from_decode_error(e) from e
+    except UnicodeDecodeError as e:  # msgspec raises this, not DecodeError, inside a string
+        raise ApiError(400, f"request body is not valid UTF-8: byte 0x{body[e.start]:02x} at "
+                       f"offset {e.start}", code="invalid_json") from e
 
 
 def _too_large(size: str, limit: int) -> ApiError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -15,17 +16,20 @@ from aiohttp import web
 
 logger = logging.getLogger(__name__)
 
-_TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
+_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error",
+          405: "invalid_request_error", 408: "timeout_error",
           413: "invalid_request_error", 415: "invalid_request_error", 500: "internal_server_error",
-          503: "service_unavailable_error"}
+          503: "service_unavailable_error", 504: "timeout_error"}
 
 
 class ApiError(Exception):
     """A request the server refuses; ``status`` is the HTTP status, ``param`` the field."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, type_: str | None = None) -> None:
+                 code: str | None = None, type_: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.status = status
         self.message = message
         self.param = param
@@ -38,7 +42,7 @@ class ApiError(Exception):
 
     def response(self) -> web.Response:
         return web.Response(status=self.status, body=msgspec.json.encode(self.body()),
-                            content_type="application/json")
+                            content_type="application/json", headers=self.headers)
 
 
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
@@ -87,19 +91,60 @@ def from_value_error(err: ValueError) -> ApiError:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as e:
-        return e.response()
-    except web.HTTPException as e:
-        if e.status < 400:
-            raise
-        message = {404: f"no route for {request.method} {request.path}",
-                   405: f"method {request.method} not allowed on {request.path}",
-                   413: e.text or "request body too large"}.get(e.status, e.reason)
-        return ApiError(e.status, message, code=e.reason.lower().replace(" ", "_")).response()
-    except Exception:
-        logger.exception("unhandled error serving %s %s", request.method, request.path)
-        return ApiError(500, "internal server error (see the server log)").response()
+class RefusalLog:
+    """Logs refused requests (status, route, reason; never a body or a key) at DEBUG, at most
+    ``per_second`` lines a second: a flood of bad requests costs a few lines and a count."""
+
+    def __init__(self, per_second: int = 20) -> None:
+        self.per_second = per_second
+        self._window = 0
+        self._logged = 0
+        self._suppressed = 0
+
+    def log(self, request: web.Request, err: ApiError) -> None:
+        if not logger.isEnabledFor(logging.DEBUG):
+            return
+        now = int(time.monotonic())
+        if now != self._window:
+            if self._suppressed:
+                logger.debug("refused %d more request(s) in the last second (not shown)",
+                             self._suppressed)
+            self._window, self._logged, self._suppressed = now, 0, 0
+        if self._logged >= self.per_second:
+            self._suppressed += 1
+            return
+        self._logged += 1
+        logger.debug("refused %s %s from %s: %d %s: %s", request.method, request.path,
+                     request.remote, err.status, err.code, err.message[:200])
+
+
+def error_middleware(refusals: RefusalLog) -> Callable[
+        [web.Request, Handler], Awaitable[web.StreamResponse]]:
+    """Turns ``ApiError``, aiohttp's HTTP errors and unexpected exceptions into OpenAI-shaped
+    error responses; every 4xx goes to ``refusals``."""
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as e:
+            refusals.log(request, e)
+            return e.response()
+        except web.HTTPException as e:
+            if e.status < 400:
+                raise
+            err = _from_http(request, e)
+            refusals.log(request, err)
+            return err.response()
+        except Exception:
+            logger.exception("unhandled error serving %s %s", request.method, request.path)
+            return ApiError(500, "internal server error (see the server log)").response()
+
+    return errors
+
+
+def _from_http(request: web.Request, e: web.HTTPException) -> ApiError:
+    message = {404: f"no route for {request.method} {request.path}",
+               405: f"method {request.method} not allowed on {request.path}",
+               413: e.text or "request body too large"}.get(e.status, e.reason)
+    return ApiError(e.status, message, code=e.reason.lower().replace(" ", "_"))

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from aioengine import EngineDeadError
+from aioengine import EngineDeadError, EngineOverloadedError
 from aioengine.server.body import decode, read_body
 from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
@@ -49,8 +49,14 @@ from aioengine.server.responses import (
 
 logger = logging.getLogger(__name__)
 
+RETRY_AFTER_S = "1"  # a refused request's hint: the queue moves within about a second
+
 _SEVERITY = {None: 0, "stop": 1, "length": 2, "abort": 3, "error": 4}
 _ABORT_WRITE_TIMEOUT = 5.0  # after an abort at shutdown: time left to write the endings
+
+
+class RequestTimedOut(Exception):
+    """The request's deadline passed before it finished; the message says which deadline."""
 
 
 class GenerationFailed(Exception):
@@ -60,8 +66,10 @@ class GenerationFailed(Exception):
 class GenerateHandlers:
     def __init__(self, client: Any, *, model_name: str, max_request_bytes: int,
                  default_max_tokens: int, metrics: ServerMetrics, watcher: DisconnectWatcher,
-                 token_text: TokenText, tokenizer: Any) -> None:
+                 token_text: TokenText, tokenizer: Any,
+                 request_timeout: float | None = None) -> None:
         self._client = client
+        self._request_timeout = request_timeout
         self._model = model_name
         self._limit = max_request_bytes
         self._default_max_tokens = default_max_tokens
@@ -100,7 +108,7 @@ class GenerateHandlers:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
             req = decode(CHAT_DECODER, await read_body(request, self._limit))
-            self._check_model(req.model)
+            self.check_model(req.model)
             check_messages(req.messages)
             params = chat_params(req, self._default_max_tokens)
         except ApiError:
@@ -117,7 +125,7 @@ class GenerateHandlers:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
             req = decode(COMPLETION_DECODER, await read_body(request, self._limit))
-            self._check_model(req.model)
+            self.check_model(req.model)
             params = completion_params(req)
             prompt = completion_prompt(req)
         except ApiError:
@@ -131,8 +139,9 @@ class GenerateHandlers:
         return await self._run(request, "completions", req, start, fmt,
                                params.logprobs is not None)
 
-    def _check_model(self, model: str | None) -> None:
-        if model is not None and model != self._model:
+    def check_model(self, model: str | None) -> None:
+        """404 for a ``model`` other than the served one (absent: fine)."""
+        if model is not None and model not in (self._model, self._client.config.model):
             raise ApiError(404, f"model {model!r} does not exist; this server serves "
                            f"{self._model!r} (GET /v1/models)", param="model",
                            code="model_not_found")
@@ -142,6 +151,7 @@ class GenerateHandlers:
                    start: Callable[[int], AsyncIterator[Any]], fmt: ChatFormat | CompletionFormat,
                    want_logprobs: bool) -> web.StreamResponse:
         runner = ChoiceRunner(start, req.n)
+        deadline = Deadline.of(self._request_timeout, req.timeout)
         tokenizer = self._tokenizer if want_logprobs else None
         states = [ChoiceState(i, tokenizer) for i in range(req.n)]
         last: dict[int, Any] = {}
@@ -151,7 +161,10 @@ class GenerateHandlers:
         with self._watcher.watch(request) as watch:
             try:
                 try:
-                    await runner.start()
+                    await deadline.run(runner.start())
+                except RequestTimedOut as e:
+                    outcome = "timeout"
+                    raise timed_out(e) from e
                 except ValueError as e:
                     outcome = "rejected"
                     err = from_value_error(e)
@@ -161,7 +174,11 @@ class GenerateHandlers:
                 except EngineDeadError as e:
                     outcome = "engine_dead"
                     raise engine_dead(e) from e
-                events = _tracked(runner.events(), last)
+                except EngineOverloadedError as e:
+                    outcome = "overloaded"
+                    raise ApiError(503, str(e), code="overloaded",
+                                   headers={"Retry-After": RETRY_AFTER_S}) from e
+                events = deadline.bound(_tracked(runner.events(), last))
                 if req.stream:
                     resp, outcome = await _stream(request, events, states, fmt,
                                                   want_logprobs, req.include_usage)
@@ -174,6 +191,9 @@ class GenerateHandlers:
                 except GenerationFailed as e:
                     raise ApiError(500, f"generation failed in the engine: {first_line(e)}",
                                    code="generation_error") from e
+                except RequestTimedOut as e:
+                    outcome = "timeout"
+                    raise timed_out(e) from e
                 return web.Response(body=msgspec.json.encode(fmt.full(states)),
                                     content_type="application/json")
             except asyncio.CancelledError:
@@ -197,6 +217,55 @@ class GenerateHandlers:
                 self._metrics.inter_token(gap)
             if m.e2e_latency is not None:
                 self._metrics.finished(m.e2e_latency)
+
+
+def timed_out(e: RequestTimedOut) -> ApiError:
+    return ApiError(504, str(e), code="timeout")
+
+
+class Deadline:
+    """When a request must be done: the server's ``--request-timeout`` or the request's own
+    ``timeout``, whichever is sooner, counted from its arrival. Past it the request is
+    aborted in the engine (the runner's cleanup) and answered with ``RequestTimedOut``."""
+
+    def __init__(self, seconds: float | None, why: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._at = None if seconds is None else loop.time() + seconds
+        self._why = why
+
+    @classmethod
+    def of(cls, server: float | None, request: float | None) -> Deadline:
+        if request is not None and (server is None or request < server):
+            return cls(request, f"its timeout of {request:g} s")
+        if server is not None:
+            return cls(server, f"the server's --request-timeout of {server:g} s")
+        return cls(None, "")
+
+    def _left(self) -> float | None:
+        return None if self._at is None else self._at - self._loop.time()
+
+    def _expired(self) -> RequestTimedOut:
+        return RequestTimedOut(f"the request did not finish within {self._why}; it was "
+                               "aborted")
+
+    async def run(self, awaitable: Any) -> Any:
+        left = self._left()
+        if left is None:
+            return await awaitable
+        try:
+            return await asyncio.wait_for(awaitable, max(left, 0.0))
+        except asyncio.TimeoutError:
+            raise self._expired() from None
+
+    async def bound(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        it = events.__aiter__()
+        while True:
+            try:
+                item = await self.run(it.__anext__())
+            except StopAsyncIteration:
+                return
+            yield item
 
 
 async def _tracked(events: AsyncIterator[tuple[int, Any]],
@@ -265,6 +334,9 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
         except GenerationFailed as e:
             await send(ApiError(500, f"generation failed in the engine: {first_line(e)}",
                                 code="generation_error").body())
+        except RequestTimedOut as e:
+            outcome = "timeout"
+            await send(timed_out(e).body())
         if include_usage:
             await send(fmt.usage_chunk(states))
         await resp.write(b"data: [DONE]\n\n")

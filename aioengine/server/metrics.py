@@ -61,6 +61,20 @@ class EngineStatsCollector(Collector):
         yield counter("prompt_tokens", "Prompt tokens processed", s.prompt_tokens_total)
         yield counter("generation_tokens", "Tokens generated", s.generation_tokens_total)
         yield counter("num_preemptions", "Requests preempted", s.num_preempted_total)
+        yield from self._router_gauges(s, usage)
+
+    def _router_gauges(self, s: EngineStats, usage: float) -> Iterator[Metric]:
+        """The same engine gauges under vLLM's names and label, which Kubernetes inference
+        gateways (the Gateway API inference extension, llm-d) and existing dashboards read to
+        route by queue length and KV-cache use."""
+        for name, doc, value in (
+                ("num_requests_running", "Requests in the running batch", s.num_running),
+                ("num_requests_waiting", "Requests waiting to be scheduled", s.num_waiting),
+                ("kv_cache_usage_perc", "KV-cache usage, 0 to 1", usage),
+                ("gpu_cache_usage_perc", "KV-cache usage, 0 to 1 (the older name)", usage)):
+            g = GaugeMetricFamily(f"vllm:{name}", doc, labels=["model_name"])
+            g.add_metric([self._model], value)
+            yield g
 
 
 class ServerMetrics:

@@ -72,6 +72,7 @@ class SamplingFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     user: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    timeout: Annotated[float, Meta(gt=0.0)] | None = None  # seconds; ours, not OpenAI's
 
     @property
     def include_usage(self) -> bool:

@@ -160,10 +160,10 @@ def test_metric_names_match_the_exposition() -> None:
     for line in metrics.render().decode().splitlines():
         if line.startswith("#") or not line:
             continue
-        name = re.match(r"[a-z_]+", line).group(0)
+        name = re.match(r"[a-z_:]+", line).group(0)
         if not name.endswith("_created"):  # a timestamp beside every counter and histogram
             exposed.add(re.sub(r"_(bucket|sum|count)$", "", name))
-    documented = table_column("serving.md", "## Metrics", r"`(aioengine_[a-z_]+)")
+    documented = table_column("serving.md", "## Metrics", r"`(aioengine_[a-z_]+|vllm:[a-z_]+)")
     assert documented == exposed, (f"documented only: {sorted(documented - exposed)}; "
                                    f"undocumented: {sorted(exposed - documented)}")
 
@@ -194,3 +194,12 @@ def test_engine_config_fields_in_docs_exist() -> None:
         for call in re.findall(r"EngineConfig\(([^()]*)\)", page.read_text(encoding="utf-8")):
             for name in re.findall(r"(\w+)\s*=", call):
                 assert name in fields, f"{page.name}: EngineConfig has no field {name!r}"
+
+
+def test_deploying_examples_use_real_serve_flags() -> None:
+    from aioengine.server.__main__ import build_parser
+
+    known = {opt for action in build_parser()._actions for opt in action.option_strings}
+    used = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", (DOCS / "deploying.md").read_text()))
+    assert used, "no flags found"
+    assert used <= known, f"unknown flags: {sorted(used - known)}"

@@ -91,3 +91,14 @@ def test_resolving_a_written_builtin_stays_light():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_served_model_name_is_short():
+    from aioengine.hub import served_model_name
+
+    assert served_model_name("tiny") == "tiny"
+    assert served_model_name("smollm2-135m-instruct") == "smollm2-135m-instruct"
+    assert served_model_name("/models/SmolLM2-135M-Instruct.Q4_1.gguf") == \
+        "SmolLM2-135M-Instruct.Q4_1"
+    assert served_model_name("/models/Qwen2.5-0.5B-Instruct/") == "Qwen2.5-0.5B-Instruct"
+    assert served_model_name("~/m.GGUF") == "m"

@@ -14,7 +14,7 @@ import time
 import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_LISTENING = re.compile(r"listening on (http://[\d.]+:\d+)")
+_LISTENING = re.compile(r"listening on (https?://[\d.]+:\d+)")
 
 
 class ServerProcess:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import aiohttp
 import pytest
@@ -156,10 +157,39 @@ async def test_a_body_declared_as_not_json_is_415(server, content_type, fragment
         assert "Content-Type must be application/json" in err["message"]
 
 
-@pytest.mark.parametrize("headers", [{}, {"Content-Type": "application/json; charset=utf-8"},
+async def test_a_body_without_content_type_is_415(server):
+    """What a web page's no-cors fetch of a Blob sends: refused, so no page can start
+    generations on a loopback server without a CORS preflight."""
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    async with aiohttp.ClientSession(skip_auto_headers=["Content-Type"]) as s, \
+            s.post(server.make_url("/v1/completions"), data=body) as resp:
+        assert resp.status == 415, await resp.text()
+        err = (await resp.json())["error"]
+        assert err["message"].startswith("Content-Type must be application/json, got none")
+
+
+@pytest.mark.parametrize("body", [b'{"prompt": "\xff\xfe", "max_tokens": 2}',
+                                  b'{"messages": [{"role": "user", "content": "a\xc3"}]}'],
+                         ids=["completion", "chat-truncated-sequence"])
+async def test_invalid_utf8_in_a_string_is_400(server, engine, body):
+    path = "/v1/chat/completions" if b"messages" in body else "/v1/completions"
+    async with aiohttp.ClientSession() as s, \
+            s.post(server.make_url(path), data=body,
+                   headers={"Content-Type": "application/json"}) as resp:
+        assert resp.status == 400, await resp.text()
+        err = (await resp.json())["error"]
+        assert err["code"] == "invalid_json" and "not valid UTF-8: byte 0x" in err["message"]
+    async with aiohttp.ClientSession() as s, \
+            s.post(server.make_url("/v1/completions"), json={"prompt": "hi", "max_tokens": 2}) \
+            as resp:
+        assert resp.status == 200  # and the server goes on serving
+
+
+@pytest.mark.parametrize("headers", [{"Content-Type": "application/json"},
+                                     {"Content-Type": "application/json; charset=utf-8"},
                                      {"Content-Type": "application/merge-patch+json"}],
-                         ids=["none", "charset", "suffix"])
-async def test_json_or_no_content_type_is_accepted(server, headers):
+                         ids=["plain", "charset", "suffix"])
+async def test_json_content_types_are_accepted(server, headers):
     body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
     async with aiohttp.ClientSession(skip_auto_headers=["Content-Type"]) as s, \
             s.post(server.make_url("/v1/completions"), data=body, headers=headers) as resp:
@@ -187,5 +217,30 @@ async def test_body_over_the_limit_is_413(engine):
             async with s.post(srv.make_url("/v1/completions"), data=chunked()) as resp:
                 assert resp.status == 413
                 assert "more than 2048 bytes" in (await resp.json())["error"]["message"]
+    finally:
+        await srv.close()
+
+
+async def test_refusals_are_logged_at_debug_rate_limited_without_body(engine, caplog):
+    import logging
+
+    srv = TestServer(create_app(engine, ServerSettings(api_keys=("sk-secret-key",))),
+                     host="127.0.0.1")
+    await srv.start_server()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="aioengine.server.errors"):
+            first = int(time.monotonic())
+            async with aiohttp.ClientSession() as s:
+                for _ in range(100):
+                    async with s.post(srv.make_url("/v1/completions"),
+                                      json={"prompt": "body-text-xyz"},
+                                      headers={"Authorization": "Bearer sk-wrong-key"}) as r:
+                        assert r.status == 401
+            windows = int(time.monotonic()) - first + 1
+        lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert lines[0].startswith("refused POST /v1/completions from 127.0.0.1: 401 "
+                                   "invalid_api_key: incorrect API key")
+        assert 20 <= len(lines) <= 21 * windows < 100  # 20 a second, then a count
+        assert not any("body-text-xyz" in ln or "sk-" in ln for ln in lines)
     finally:
         await srv.close()

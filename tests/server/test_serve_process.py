@@ -124,8 +124,27 @@ async def test_openai_client_then_sigterm_mid_stream():
                 pass
 
 
-async def test_engine_death_turns_health_to_503():
+async def test_engine_death_exits_1_after_ending_the_streams():
+    """The default policy: streams in flight end with an error event, the server exits 1 for
+    its supervisor to restart it, and leaves no process behind."""
     with ServerProcess() as srv:
+        async with aiohttp.ClientSession() as s:
+            body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+            stream = await s.post(srv.url + "/v1/completions", json=body)
+            await stream.content.readuntil(b"\n\n")  # streaming has begun
+            for child in srv.descendants:
+                child.kill()
+            rest = (await stream.read()).decode().split("\n\n")
+            assert rest[-2:] == ["data: [DONE]", ""], rest[-3:]
+            assert json.loads(rest[-3][len("data: "):])["error"]["code"] == "engine_dead"
+        rc = await asyncio.to_thread(srv.proc.wait, 60)
+        assert rc == 1, srv.output()
+        assert "so that a supervisor restarts the server" in srv.output()
+        srv.assert_no_leftovers()
+
+
+async def test_engine_death_turns_health_to_503_with_keep():
+    with ServerProcess("--on-engine-death", "keep") as srv:
         async with aiohttp.ClientSession() as s:
             async with s.get(srv.url + "/health") as resp:
                 assert resp.status == 200
@@ -158,7 +177,7 @@ async def test_engine_death_turns_health_to_503():
 
 
 async def test_worker_death_error_is_one_line_without_the_engine_traceback():
-    with ServerProcess("--executor", "mp") as srv:
+    with ServerProcess("--executor", "mp", "--on-engine-death", "keep") as srv:
         async with aiohttp.ClientSession() as s:
             body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
             stream = await s.post(srv.url + "/v1/completions", json=body)

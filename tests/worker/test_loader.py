@@ -167,7 +167,9 @@ def test_dummy_weights_are_seeded_and_finite(qwen_dir):
 def test_bad_arguments(qwen_dir):
     path = qwen_dir[0]
     with pytest.raises(ValueError, match="load_format must be one of"):
-        load_model(path, load_format="gguf")
+        load_model(path, load_format="pickle")
+    with pytest.raises(ValueError, match="load_format 'gguf' needs a GGUF file"):
+        load_model(path, load_format="gguf", device="cpu")
     with pytest.raises(ValueError, match="dtype must be 'auto' or one of"):
         load_model(path, dtype="int8", device="cpu")
     with pytest.raises(ValueError, match="device must be 'auto', 'cpu' or 'cuda"):
