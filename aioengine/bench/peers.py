@@ -157,6 +157,8 @@ def run(options: BenchOptions) -> list[Result]:
 
     def add(name: str, metric: str, value: float) -> None:
         samples.setdefault((name, metric), []).append(value)
+        if options.progress:  # each figure as it comes: a long run cut short keeps them
+            print(f"peers: {name} {metric} {value:.4g}", file=sys.stderr, flush=True)
 
     for _ in range(sizes.rounds):
         for t in sizes.threads:
