@@ -56,7 +56,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads per model process (EngineConfig.num_threads), the same "
                         "for every side: engines, workers, the transformers baseline, the bare "
-                        "loop (default: the engine's policy, (CPUs - 1) per rank)")
+                        "loop; peers: the one thread count to compare at (default: the "
+                        "engine's policy, (CPUs - 1) per rank; peers: 1 and 2)")
+    p.add_argument("--llama-cpp", default=None, metavar="DIR",
+                   help="peers: a llama.cpp build directory holding llama-bench and "
+                        "llama-server (or their bin/)")
+    p.add_argument("--build-llama-cpp", action="store_true",
+                   help="peers: build llama.cpp from the llama-cpp-python sdist into the "
+                        "aioengine cache first when no build is there (minutes)")
     p.add_argument("--json", metavar="FILE", help="write results, machine and config as JSON")
     p.add_argument("--plot", metavar="DIR",
                    help="write PNG charts (bars per metric, latency CDFs, throughput against "
@@ -84,7 +91,9 @@ def _main(argv: list[str] | None) -> int:
         options = BenchOptions(quick=args.quick, model=args.model,
                                only=tuple(n for n in args.only.split(",") if n),
                                progress=not args.no_progress, rate=args.rate,
-                               endpoint=args.endpoint, threads=args.threads)
+                               endpoint=args.endpoint, threads=args.threads,
+                               llama_cpp=args.llama_cpp,
+                               build_llama_cpp=args.build_llama_cpp)
         _check_model(args.model)
     except (ValueError, FileNotFoundError) as e:
         print(f"python -m aioengine.bench: error: {e}", file=sys.stderr)

@@ -15,6 +15,8 @@ class BenchOptions:
     rate: float | None = None  # serve: one request rate (req/s) instead of the default sweep
     endpoint: str | None = None  # serve: an OpenAI-compatible base URL instead of AsyncMPClient
     threads: int | None = None  # EngineConfig.num_threads for every model process; None: policy
+    llama_cpp: str | None = None  # peers: a directory holding llama-bench and llama-server
+    build_llama_cpp: bool = False  # peers: build llama.cpp into the cache when none is there
 
     def __post_init__(self) -> None:
         if self.rate is not None and not (self.rate > 0 and self.rate != float("inf")):

@@ -12,6 +12,7 @@ SUITES: tuple[tuple[str, str, str], ...] = (
     ("offline", "aioengine.bench.offline", "LLM.generate throughput against HF generate"),
     ("overhead", "aioengine.bench.overhead", "batch-1 decode through the client vs a bare loop"),
     ("serve", "aioengine.bench.serve", "online latency under Poisson arrivals"),
+    ("peers", "aioengine.bench.peers", "decode/prefill/serving vs llama.cpp on one GGUF file"),
 )
 
 

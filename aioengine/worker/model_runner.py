@@ -22,6 +22,7 @@ from aioengine.config import EngineConfig
 from aioengine.hub import read_model_info, resolve_model
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.messages.worker_io import PREVIOUS_TOKEN, SampledToken, StepInput, StepResult
+from aioengine.worker import gemv
 from aioengine.worker.attention import build_attention_metadata
 from aioengine.worker.attention.cpu_kernel import select_decode_kernel
 from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, max_context_len
@@ -29,7 +30,7 @@ from aioengine.worker.kv_cache import allocate_kv_cache
 from aioengine.worker.loader import load_model
 from aioengine.worker.sampler import Sampler
 from aioengine.worker.sampler_state import SequenceState
-from aioengine.worker.threads import apply_thread_policy
+from aioengine.worker.threads import apply_thread_policy, usable_cpus
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class ModelRunner:
         self.config = config
         self.rank = rank
         self.world_size = world_size
-        apply_thread_policy(config, world_size)
+        self.threads = apply_thread_policy(config, world_size)
         resolved = resolve_model(config.model, config.tokenizer)
         self.model, self.hf_config = load_model(
             resolved, dtype=config.dtype, device=device or config.device,
@@ -59,6 +60,15 @@ class ModelRunner:
         self.kv_window = self.spec.sliding_window if self.spec.all_layers_windowed else None
         self.device = self.model.device
         self.dtype = self.model.dtype
+        # CPU float32: decode-sized linears through the compiled GEMV (its pool uses the rank's
+        # thread budget; torch's pool is idle meanwhile)
+        self.uses_gemv_kernel = gemv.configure(self.device, self.dtype, self.threads)
+        if self.uses_gemv_kernel and config.num_threads is None:
+            # torch keeps one CPU free (its OpenMP pool spins when oversubscribed); the GEMV
+            # pool (dynamic chunks, short spins, yields) may use every CPU of the rank: how
+            # many helps is measured here, per machine and model (docs/benchmarks.md)
+            gemv.set_threads(gemv.calibrate_threads(self._largest_weight(),
+                                                    max(1, usable_cpus() // world_size)))
         self.decode_kernel = select_decode_kernel(config.cpu_decode_attention, self.device,
                                                   self.dtype)
         self.max_model_len = max_context_len(config, self.spec)
@@ -68,6 +78,10 @@ class ModelRunner:
         self.kv_caches: list[torch.Tensor] = []
         self.num_kv_blocks = 0
         self.memory_profile: MemoryProfile | None = None
+
+    def _largest_weight(self) -> torch.Tensor:
+        return max((p for p in self.model.parameters() if p.dim() == 2),
+                   key=lambda p: p.numel())
 
     @property
     def is_driver(self) -> bool:

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from aioengine.worker import gemv
 from aioengine.worker.parallel.distributed import all_gather, all_reduce
 from aioengine.worker.parallel.state import TPInfo
 from aioengine.worker.parallel.weights import copy_rows
@@ -86,7 +87,7 @@ def lm_logits(hidden: torch.Tensor, weight: torch.Tensor | None, tp: TPInfo, voc
         logits = qhead(hidden)
     else:
         assert weight is not None
-        logits = F.linear(hidden, weight)
+        logits = gemv.linear(hidden, weight)
     if tp.size > 1:
         logits = all_gather(logits, tp, dim=-1)
     if logits.shape[-1] != vocab_size:

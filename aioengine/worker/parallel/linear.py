@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from aioengine.worker import gemv
 from aioengine.worker.parallel.distributed import all_reduce
 from aioengine.worker.parallel.state import TPInfo, divide
 from aioengine.worker.parallel.weights import copy_cols, copy_rows
@@ -70,7 +70,7 @@ class MergedColumnParallelLinear(nn.Module):
         if self.qweight is not None:
             out = self.qweight(x).to(x.dtype)
             return out if self.bias is None else out + self.bias
-        return F.linear(x, self.weight, self.bias)
+        return gemv.linear(x, self.weight, self.bias)
 
     def full_shape(self, part: int, is_bias: bool) -> tuple[int, ...]:
         """The unsharded checkpoint shape of one part."""
@@ -132,7 +132,7 @@ class RowParallelLinear(nn.Module):
         self.qweight = _quantized(self, self.out_features, self.local_in, policy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        partial = (F.linear(x, self.weight) if self.qweight is None
+        partial = (gemv.linear(x, self.weight) if self.qweight is None
                    else self.qweight(x).to(x.dtype))
         out = all_reduce(partial, self.tp)
         if self.bias is not None:  # added once, after the sum
