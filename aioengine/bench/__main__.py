@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--llama-cpp", default=None, metavar="DIR",
                    help="peers: a llama.cpp build directory holding llama-bench and "
                         "llama-server (or their bin/)")
+    p.add_argument("--quantization", default=None, metavar="Q",
+                   help="peers: our engine keeps weights quantized (EngineConfig.quantization, "
+                        "e.g. gguf: the file's own blocks) instead of dequantizing at load")
     p.add_argument("--build-llama-cpp", action="store_true",
                    help="peers: build llama.cpp from the llama-cpp-python sdist into the "
                         "aioengine cache first when no build is there (minutes)")
@@ -93,7 +96,8 @@ def _main(argv: list[str] | None) -> int:
                                progress=not args.no_progress, rate=args.rate,
                                endpoint=args.endpoint, threads=args.threads,
                                llama_cpp=args.llama_cpp,
-                               build_llama_cpp=args.build_llama_cpp)
+                               build_llama_cpp=args.build_llama_cpp,
+                               quantization=args.quantization)
         _check_model(args.model)
     except (ValueError, FileNotFoundError) as e:
         print(f"python -m aioengine.bench: error: {e}", file=sys.stderr)

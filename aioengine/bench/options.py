@@ -17,6 +17,7 @@ class BenchOptions:
     threads: int | None = None  # EngineConfig.num_threads for every model process; None: policy
     llama_cpp: str | None = None  # peers: a directory holding llama-bench and llama-server
     build_llama_cpp: bool = False  # peers: build llama.cpp into the cache when none is there
+    quantization: str | None = None  # peers: EngineConfig.quantization of our side
 
     def __post_init__(self) -> None:
         if self.rate is not None and not (self.rate > 0 and self.rate != float("inf")):

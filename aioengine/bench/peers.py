@@ -39,6 +39,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from aioengine.bench.options import BenchOptions
 from aioengine.bench.results import Result
@@ -169,7 +170,8 @@ def run(options: BenchOptions) -> list[Result]:
             if options.wants(OURS):
                 got = _ours_child({"op": "kernels", "model": model, "threads": t,
                                    "decode_tokens": sizes.decode_tokens,
-                                   "prefill_len": sizes.prefill_len})
+                                   "prefill_len": sizes.prefill_len,
+                                   "quantization": options.quantization})
                 weight_bytes = float(got["weight_bytes"])
                 add("machine", "read_gbytes_per_s", got["read_gbytes_per_s"])
                 add(OURS, f"decode_bw_fraction_t{t}",
@@ -269,13 +271,14 @@ def tree_rss_mb(pid: int) -> float:
 
 
 def server_command(kind: str, bindir: Path, model: str, port: int, threads: int,
-                   streams: int, ctx: int) -> list[str]:
+                   streams: int, ctx: int, quantization: str | None = None) -> list[str]:
     if kind == BASELINE:
         return [str(bindir / "llama-server"), "-m", model, "--port", str(port), "-t",
                 str(threads), "--parallel", str(streams), "-c", str(ctx * streams),
                 "--host", "127.0.0.1"]
-    return [sys.executable, "-m", "aioengine.serve", "--model", model, "--port", str(port),
+    ours = [sys.executable, "-m", "aioengine.serve", "--model", model, "--port", str(port),
             "--host", "127.0.0.1", "--max-model-len", str(ctx), "--max-num-seqs", str(streams)]
+    return ours + (["--quantization", quantization] if quantization else [])
 
 
 def serve_rows(bindir: Path, model: str, sizes: Sizes, threads: int,
@@ -290,7 +293,8 @@ def serve_rows(bindir: Path, model: str, sizes: Sizes, threads: int,
         if not options.wants(kind):
             continue
         port = _free_port()
-        cmd = server_command(kind, bindir, model, port, threads, sizes.serve_streams, ctx)
+        cmd = server_command(kind, bindir, model, port, threads, sizes.serve_streams, ctx,
+                             options.quantization)
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -372,7 +376,7 @@ def read_bandwidth(mib: int = 512, reps: int = 5) -> float:
 def _child(spec: dict) -> dict:
     import torch
 
-    from aioengine.bench.kernels import _OurModel, _weight_bytes
+    from aioengine.bench.kernels import _OurModel
     from aioengine.config import EngineConfig
     from aioengine.worker.model_runner import ModelRunner
 
@@ -380,7 +384,8 @@ def _child(spec: dict) -> dict:
     longest = max(spec["prefill_len"], 256 + steps + 8)
     per_seq = -(-longest // block)
     config = EngineConfig(model=spec["model"], block_size=block, num_kv_blocks=per_seq,
-                          max_num_seqs=1, num_threads=spec["threads"], dtype="float32")
+                          max_num_seqs=1, num_threads=spec["threads"], dtype="float32",
+                          quantization=spec.get("quantization"))
     runner = ModelRunner(config)
     runner.allocate_kv_cache(per_seq)
     ours = _OurModel(runner, per_seq)
@@ -389,10 +394,26 @@ def _child(spec: dict) -> dict:
     prompt = torch.randint(0, vocab, (1, 256), generator=g).tolist()
     ms = ours.decode_ms(prompt, 5, steps)
     pre = torch.randint(0, vocab, (1, spec["prefill_len"]), generator=g).tolist()
-    m = runner.model
     return {"decode_tok_s": 1000 / ms, "read_gbytes_per_s": read_bandwidth(256),
             "prefill_tok_s": ours.prefill_tokens_per_s(pre, 2),
-            "weight_bytes": _weight_bytes(m, m.embed_tokens.weight, m.lm_head is None)}
+            "weight_bytes": decode_read_bytes(runner.model)}
+
+
+def decode_read_bytes(model: Any) -> int:
+    """Weight bytes a batch-1 decode step reads: every float parameter and quantized weight,
+    less the input embedding table (one row is looked up) unless the float head is that table."""
+    total = 0
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            total += p.numel() * p.element_size()
+        for attr in ("qweight", "qhead"):
+            quantized = getattr(module, attr, None)
+            if quantized is not None:
+                total += quantized.nbytes()
+    embed = model.embed_tokens
+    if model.lm_head is not None or embed.qhead is not None:
+        total -= embed.weight.numel() * embed.weight.element_size()
+    return total
 
 
 if __name__ == "__main__":
