@@ -409,7 +409,7 @@ def decode_read_bytes(model: Any) -> int:
         for attr in ("qweight", "qhead"):
             quantized = getattr(module, attr, None)
             if quantized is not None:
-                total += quantized.nbytes()
+                total += quantized.nbytes
     embed = model.embed_tokens
     if model.lm_head is not None or embed.qhead is not None:
         total -= embed.weight.numel() * embed.weight.element_size()

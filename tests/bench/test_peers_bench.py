@@ -88,3 +88,16 @@ def test_serving_rows_against_our_own_server() -> None:
     assert got["itl_p50_ms"] > 0
     # the engine's model process is a child of the server: the tree holds more than the server
     assert rss > 100  # MB: the server and its model process together
+
+
+def test_decode_read_bytes_counts_quantized_weights() -> None:
+    from aioengine.bench.peers import decode_read_bytes
+    from aioengine.worker.loader import load_model
+
+    fp32, _ = load_model("tiny", dtype="float32", device="cpu")
+    q8, _ = load_model("tiny", dtype="float32", device="cpu", quantization="q8_0")
+    embed = fp32.embed_tokens.weight
+    params = sum(p.numel() * p.element_size() for p in fp32.parameters())
+    assert decode_read_bytes(fp32) == params - embed.numel() * embed.element_size()
+    # Q8_0 holds 34 bytes per 32 weights; rows that are not whole blocks stay float32
+    assert 0.2 * decode_read_bytes(fp32) < decode_read_bytes(q8) < 0.5 * decode_read_bytes(fp32)
