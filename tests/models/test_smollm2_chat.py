@@ -9,8 +9,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from aioengine import AsyncMPClient, EngineConfig
-from aioengine.server import create_app
 from tests.models.conftest import SMOLLM2
+from tests.server.app_server import app_server, openai_client
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -22,25 +22,15 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 async def server(anyio_backend: str) -> AsyncIterator[TestServer]:
-    async with AsyncMPClient(EngineConfig(model=SMOLLM2, max_model_len=1024)) as client:
-        srv = TestServer(create_app(client), host="127.0.0.1")
-        await srv.start_server()
-        try:
-            yield srv
-        finally:
-            await srv.close()
+    async with AsyncMPClient(EngineConfig(model=SMOLLM2, max_model_len=1024)) as client, \
+            app_server(client) as srv:
+        yield srv
 
 
 @pytest.fixture
 async def oai(server: TestServer) -> AsyncIterator[object]:
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(base_url=str(server.make_url("/v1")), api_key="unused", max_retries=0,
-                         timeout=120)
-    try:
+    async with openai_client(server) as client:
         yield client
-    finally:
-        await client.close()
 
 
 @pytest.mark.anyio

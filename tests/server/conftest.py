@@ -9,7 +9,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from aioengine import AsyncMPClient
-from aioengine.server import ServerSettings, create_app
+from aioengine.server import ServerSettings
+from tests.server.app_server import app_server, openai_client
 from tests.server.engine_setup import engine_config
 
 
@@ -28,22 +29,11 @@ async def engine(anyio_backend: str) -> AsyncIterator[AsyncMPClient]:
 
 @pytest.fixture(scope="module")
 async def server(engine: AsyncMPClient) -> AsyncIterator[TestServer]:
-    srv = TestServer(create_app(engine, ServerSettings(max_request_bytes=64 * 1024)),
-                     host="127.0.0.1")
-    await srv.start_server()
-    try:
+    async with app_server(engine, ServerSettings(max_request_bytes=64 * 1024)) as srv:
         yield srv
-    finally:
-        await srv.close()
 
 
 @pytest.fixture
 async def oai(server: TestServer) -> AsyncIterator[object]:
-    from openai import AsyncOpenAI
-
-    client = AsyncOpenAI(base_url=str(server.make_url("/v1")), api_key="unused", max_retries=0,
-                         timeout=120)
-    try:
+    async with openai_client(server) as client:
         yield client
-    finally:
-        await client.close()
