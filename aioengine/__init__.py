@@ -19,6 +19,7 @@ _PUBLIC = {
     "RequestMetrics": "aioengine.client.outputs",
     "EngineConfig": "aioengine.config",
     "SamplingParams": "aioengine.messages.sampling_params",
+    "StructuredOutputs": "aioengine.messages.sampling_params",
     "EngineStats": "aioengine.messages.engine_io",
     "EngineStartupError": "aioengine.runtime.errors",
     "EngineDeadError": "aioengine.runtime.errors",
@@ -28,9 +29,8 @@ _PUBLIC = {
 
 __all__ = [
     "LLM", "AsyncMPClient", "EngineConfig", "EngineDeadError", "EngineOverloadedError",
-    "EngineStartupError",
-    "EngineStats", "RequestMetrics", "RequestOutput", "SamplingParams", "SyncMPClient",
-    "__version__", "make_client",
+    "EngineStartupError", "EngineStats", "RequestMetrics", "RequestOutput", "SamplingParams",
+    "StructuredOutputs", "SyncMPClient", "__version__", "make_client",
 ]
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from aioengine.client.sync_client import SyncMPClient
     from aioengine.config import EngineConfig
     from aioengine.messages.engine_io import EngineStats
-    from aioengine.messages.sampling_params import SamplingParams
+    from aioengine.messages.sampling_params import SamplingParams, StructuredOutputs
     from aioengine.runtime.errors import (
         EngineDeadError,
         EngineOverloadedError,

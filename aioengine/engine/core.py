@@ -8,11 +8,13 @@ tests or an in-process embedding can drive it directly. Bad input never raises o
 from __future__ import annotations
 
 import logging
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from aioengine.config import EngineConfig
 from aioengine.engine.block_manager import BlockManager
 from aioengine.engine.detokenize import EngineDetokenizer
 from aioengine.engine.executor.base import Executor
+from aioengine.engine.grammars import GrammarManager, compile_error
 from aioengine.engine.request import FinishReason, Request
 from aioengine.engine.scheduler import Scheduler
 from aioengine.hub import ModelInfo, read_model_info, resolve_model
@@ -20,6 +22,8 @@ from aioengine.messages.engine_io import AddRequest, EngineStats, RequestDelta
 from aioengine.messages.worker_io import StepInput
 
 logger = logging.getLogger(__name__)
+
+GRAMMAR_WAIT = 0.005  # seconds an otherwise idle step waits for a grammar being compiled
 
 
 def resolve_max_model_len(config: EngineConfig, model_len: int, num_kv_blocks: int) -> int:
@@ -79,6 +83,11 @@ class EngineCore:
                                    kv_window=info.kv_window)
         self.detokenizer = (EngineDetokenizer.from_path(resolved.tokenizer_path)
                             if config.detokenize_in == "engine" else None)
+        self.grammars = GrammarManager(resolved.tokenizer_path, self.model_info.vocab_size,
+                                       self.model_info.eos_token_ids)
+        # Constrained requests whose grammar is still compiling, in arrival order.
+        self._compiling: list[tuple[AddRequest, Request, Future]] = []
+        self._constrained: set[str] = set()  # ids of constrained requests in the scheduler
         self._pending: list[RequestDelta] = []  # errors and aborts, sent with the next step
         # With a lookahead executor: the step submitted and not yet collected (see _step_ahead).
         self._inflight: StepInput | None = None
@@ -122,10 +131,50 @@ class EngineCore:
             return
         eos = (msg.eos_token_id,) if msg.eos_token_id is not None \
             else tuple(self.model_info.eos_token_ids)
+        req = Request(msg.request_id, list(msg.prompt_token_ids), msg.params, msg.arrival_time,
+                      msg.priority, eos)
+        spec = msg.params.structured_outputs
+        if spec is None:
+            self._admit(msg, req)
+            return
+        if any(m.request_id == msg.request_id for m, _, _ in self._compiling):
+            self.reject(msg.request_id, f"request id {msg.request_id!r} is already in the "
+                                        "engine")
+            return
+        future = self.grammars.compile(spec)
+        if future.done():
+            self._admit_constrained(msg, req, future)
+        else:
+            self._compiling.append((msg, req, future))
+
+    def _admit(self, msg: AddRequest, req: Request) -> None:
         if self.detokenizer is not None:
             self.detokenizer.add(msg)
-        self.scheduler.add_request(Request(msg.request_id, list(msg.prompt_token_ids),
-                                           msg.params, msg.arrival_time, msg.priority, eos))
+        self.scheduler.add_request(req)
+
+    def _admit_constrained(self, msg: AddRequest, req: Request, future: Future) -> None:
+        error = compile_error(future)
+        if error is not None:
+            logger.info("rejected request %s: %s", msg.request_id, error)
+            self.reject(msg.request_id, error)
+            return
+        req.grammar = self.grammars.matcher(future.result())
+        self._constrained.add(req.request_id)
+        self._admit(msg, req)
+
+    def _admit_compiled(self) -> None:
+        """Move the requests whose grammar is ready into the scheduler, in arrival order;
+        when nothing else can run, wait a little for one (not a busy spin)."""
+        if not self.scheduler.has_unfinished and self._inflight is None:
+            wait([f for _, _, f in self._compiling], timeout=GRAMMAR_WAIT,
+                 return_when=FIRST_COMPLETED)
+        still = []
+        for item in self._compiling:
+            if item[2].done():
+                self._admit_constrained(*item)
+            else:
+                still.append(item)
+        self._compiling = still
 
     def reject(self, request_id: str, error: str) -> None:
         """Answer a request that never made it in (e.g. its frame failed validation)."""
@@ -136,11 +185,21 @@ class EngineCore:
         gets a finishing ``abort`` delta with the next step."""
         for req in self.scheduler.abort(request_ids):
             self._pending.append(self.scheduler.make_delta(req, []))
+        if self._compiling:
+            ids = set(request_ids)
+            for _, req, _ in [c for c in self._compiling if c[1].request_id in ids]:
+                req.finish(FinishReason.ABORT)
+                self._pending.append(self.scheduler.make_delta(req, []))
+            self._compiling = [c for c in self._compiling if c[1].request_id not in ids]
 
     def fail_all(self, message: str) -> list[RequestDelta]:
         """Finish every request with ``error`` (the model side is gone); returns the deltas."""
         deltas, self._pending = self._pending, []
         self._inflight = None
+        compiling, self._compiling = self._compiling, []
+        for _, req, _ in compiling:
+            req.finish(FinishReason.ERROR, error=message)
+            deltas.append(self.scheduler.make_delta(req, []))
         for req in list(self.scheduler.requests.values()):
             self.scheduler.abort([req.request_id])
             req.finish(FinishReason.ERROR, error=message)
@@ -149,17 +208,21 @@ class EngineCore:
 
     # ---- stepping --------------------------------------------------------------------------
     def has_work(self) -> bool:
-        return bool(self._pending) or self.scheduler.has_unfinished or self._inflight is not None
+        return bool(self._pending) or self.scheduler.has_unfinished \
+            or self._inflight is not None or bool(self._compiling)
 
     def step(self) -> list[RequestDelta]:
         """Run one step (if anything is scheduled) and return every delta produced since the
         last call."""
+        if self._compiling:
+            self._admit_compiled()
         deltas, self._pending = self._pending, []
         if self.executor.supports_lookahead:
             deltas += self._step_ahead()
         elif self.scheduler.has_unfinished:
             step = self.scheduler.schedule()
             if step.chunks:
+                self._attach_bitmask(step)
                 deltas += self.scheduler.update(step, self.executor.execute(step))
             else:
                 self.scheduler.requeue_finished(step)
@@ -181,12 +244,33 @@ class EngineCore:
             if not inflight.chunks:
                 self.scheduler.requeue_finished(inflight)
                 return []
+            self._attach_bitmask(inflight)
             self.executor.submit(inflight)
         ahead = self.scheduler.schedule_ahead(inflight)
         if ahead is not None:
             self.executor.submit(ahead)
         self._inflight = ahead
         return self.scheduler.update(inflight, self.executor.collect(inflight))
+
+    def _attach_bitmask(self, step: StepInput) -> None:
+        """The allowed tokens of every constrained row that samples in ``step`` (computed now:
+        each matcher has seen every token sampled so far, since ``schedule_ahead`` never runs
+        ahead of a constrained request)."""
+        if not self._constrained:
+            return
+        requests = self.scheduler.requests
+        self._constrained = {rid for rid in self._constrained if rid in requests}
+        rows: list[int] = []
+        matchers = []
+        j = 0
+        for chunk in step.chunks:
+            if chunk.sample:
+                if chunk.request_id in self._constrained:
+                    rows.append(j)
+                    matchers.append(requests[chunk.request_id].grammar)
+                j += 1
+        if rows:
+            step.bitmask = self.grammars.bitmask(rows, matchers)
 
     def get_stats(self) -> EngineStats:
         s, bm = self.scheduler, self.block_manager
@@ -202,6 +286,7 @@ class EngineCore:
         self.block_manager.reset_prefix_cache()
 
     def shutdown(self) -> None:
+        self.grammars.shutdown()
         self.executor.shutdown()
 
 

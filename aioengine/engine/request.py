@@ -5,8 +5,12 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aioengine.messages.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from aioengine.structured import GrammarMatcher
 
 
 class RequestStatus(enum.Enum):
@@ -56,6 +60,9 @@ class Request:
     first_token_time: float | None = None
     finished_time: float | None = None
     reported_first: bool = False  # the first delta (with cache hits, timestamps) went out
+    # Structured outputs: this request's position in its grammar (advanced by every sampled
+    # token); None for an unconstrained request.
+    grammar: GrammarMatcher | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)

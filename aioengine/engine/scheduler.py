@@ -167,6 +167,8 @@ class Scheduler:
         running = self.running
         if self.waiting or not running or len(running) > self.max_num_batched_tokens:
             return None
+        if any(req.grammar is not None for req in running):
+            return None  # its bitmask needs the token still in flight
         sampled = {c.request_id: c for c in inflight.chunks if c.sample}
         if len(sampled) < len(running):
             return None
@@ -248,7 +250,10 @@ class Scheduler:
             self.generation_tokens_total += 1
             if req.first_token_time is None:
                 req.first_token_time = now
-            if check_stop(req, s.token_id, self.max_model_len):
+            stopped = check_stop(req, s.token_id, self.max_model_len)
+            if req.grammar is not None and not stopped:
+                stopped = _advance_grammar(req, s.token_id)
+            if stopped:
                 self.running.remove(req)
                 self._finished_ids.append(req.request_id)
                 self._finish(req)
@@ -267,3 +272,19 @@ class Scheduler:
             delta.num_cached_tokens = req.num_cached_tokens
             delta.first_scheduled_time = req.first_scheduled_time
         return delta
+
+
+def _advance_grammar(req: Request, token_id: int) -> bool:
+    """Feed the sampled token to the request's grammar; finish the request when the grammar
+    is complete (its end accepted: eos, even under ``ignore_eos`` or before ``min_tokens``) or
+    refuses the token (only if the bitmask was not applied: an engine bug, reported)."""
+    grammar = req.grammar
+    assert grammar is not None
+    if not grammar.accept(token_id):
+        req.finish(FinishReason.ERROR, error=f"structured outputs: token {token_id} is not "
+                   f"allowed by the grammar ({grammar.error})")
+        return True
+    if grammar.is_terminated:
+        req.finish(FinishReason.STOP)
+        return True
+    return False

@@ -13,7 +13,7 @@ from aioengine.messages.engine_io import (
     UtilityCall,
     UtilityResult,
 )
-from aioengine.messages.sampling_params import SamplingParams
+from aioengine.messages.sampling_params import SamplingParams, StructuredOutputs
 from aioengine.messages.worker_io import (
     NewSequence,
     SampledToken,
@@ -30,7 +30,8 @@ from aioengine.messages.worker_io import (
 __all__ = [
     "AbortRequests", "AddRequest", "ClientMessage", "EngineFailure", "EngineMessage",
     "EngineStats", "NewSequence", "RequestDelta", "SampledToken", "SamplingParams",
-    "ScheduledChunk", "StepInput", "StepOutputs", "StepResult", "TokenLogprob", "UtilityCall",
+    "ScheduledChunk", "StepInput", "StepOutputs", "StepResult", "StructuredOutputs",
+    "TokenLogprob", "UtilityCall",
     "UtilityResult", "WorkerCall", "WorkerCallResult", "WorkerError", "WorkerInbound",
     "WorkerOutbound",
 ]

@@ -2,9 +2,62 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 INT64_MAX = 2**63 - 1  # msgpack ints past int64 do not survive the trip to the engine
+
+
+class StructuredOutputs(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A constraint on the output (vLLM's field names): set exactly one of the fields. The
+    engine compiles it into a grammar off its step loop and lets the model pick only tokens
+    the grammar allows; an invalid schema, regex or grammar ends the request with
+    ``finish_reason="error"`` naming the cause."""
+
+    json: dict[str, Any] | str | None = None
+    """A JSON schema (a dict, or its JSON text): the output is one JSON value matching it."""
+    json_object: bool = False
+    """Any JSON object."""
+    regex: str | None = None
+    """A regular expression (Rust ``regex`` syntax) the whole output matches."""
+    choice: list[str] | None = None
+    """The output is exactly one of these strings."""
+    grammar: str | None = None
+    """A context-free grammar: Lark (llguidance's dialect) or GBNF (llama.cpp's)."""
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("json", "regex", "choice", "grammar")
+                 if getattr(self, name) is not None]
+        if not isinstance(self.json_object, bool):
+            raise ValueError(f"structured_outputs.json_object must be a bool, got "
+                             f"{self.json_object!r}")
+        if self.json_object:
+            given.append("json_object")
+        if len(given) != 1:
+            raise ValueError("structured_outputs must set exactly one of json, json_object, "
+                             f"regex, choice, grammar; got {given or 'none'}")
+        if self.json is not None and not isinstance(self.json, (dict, str)):
+            raise ValueError("structured_outputs.json must be a JSON schema (a dict or its JSON "
+                             f"text), got {type(self.json).__name__}")
+        for name in ("regex", "grammar"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"structured_outputs.{name} must be a non-empty string, got "
+                                 f"{value!r}")
+        if self.choice is not None and (
+                not isinstance(self.choice, list) or not self.choice
+                or not all(isinstance(c, str) and c for c in self.choice)):
+            raise ValueError("structured_outputs.choice must be a non-empty list of non-empty "
+                             f"strings, got {self.choice!r}")
+
+    @property
+    def kind(self) -> str:
+        """Which field is set: ``json``, ``json_object``, ``regex``, ``choice`` or ``grammar``."""
+        if self.json_object:
+            return "json_object"
+        return next(n for n in ("json", "regex", "choice", "grammar")
+                    if getattr(self, n) is not None)
 
 
 class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -46,6 +99,13 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``n`` alternatives at each position. Computed from the raw model logits."""
     skip_special_tokens: bool = True
     """Leave special tokens (eos, chat markers) out of the decoded text."""
+    structured_outputs: StructuredOutputs | None = None
+    """Constrain the output to a JSON schema, a regex, a choice or a grammar (see
+    ``StructuredOutputs``). While it is unfinished the grammar, not ``min_tokens``, decides
+    whether eos may come."""
+    logit_bias: dict[int, float] | None = None
+    """Added to the logits of these token ids before sampling (OpenAI's ``logit_bias``: values
+    in [-100, 100]; -100 bans a token, 100 all but forces it)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -77,6 +137,17 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
         _check_int("min_tokens", self.min_tokens, low=0, high=self.max_tokens)
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, low=0, high=20)
+        if self.structured_outputs is not None and \
+                not isinstance(self.structured_outputs, StructuredOutputs):
+            raise ValueError("structured_outputs must be a StructuredOutputs, got "
+                             f"{type(self.structured_outputs).__name__}")
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, dict):
+                raise ValueError(f"logit_bias must be a dict of token id to bias, got "
+                                 f"{self.logit_bias!r}")
+            for token, bias in self.logit_bias.items():
+                _check_int("logit_bias token id", token, low=0, high=INT64_MAX)
+                _check_float(f"logit_bias[{token}]", bias, low=-100.0, high=100.0)
 
     @property
     def greedy(self) -> bool:

@@ -45,11 +45,22 @@ class ScheduledChunk(msgspec.Struct, array_like=True):
     sample: bool  # True when the last token of this chunk is the last known token
 
 
+class GrammarBitmask(msgspec.Struct, array_like=True):
+    """Which tokens each constrained row may sample this step (structured outputs): one bit
+    per token id, little-endian within 32-bit words, ``words`` words per row, rows in the
+    order of ``rows``."""
+
+    rows: list[int]  # indices into this step's sampling chunks (those with sample=True)
+    words: int
+    data: bytes  # len(rows) * words * 4 bytes
+
+
 class StepInput(msgspec.Struct, tag="step"):
     step_id: int
     new_sequences: list[NewSequence]
     chunks: list[ScheduledChunk]
     finished_ids: list[str]  # drop sampling state (finished, aborted, or preempted)
+    bitmask: GrammarBitmask | None = None  # the rows a grammar constrains this step
 
 
 class WorkerCall(msgspec.Struct, tag="call"):

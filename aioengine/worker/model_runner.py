@@ -186,7 +186,7 @@ class ModelRunner:
         logits = self.model.compute_logits(hidden.index_select(0, rows))
         if not self.is_driver:
             return StepResult(step.step_id, [])
-        out = self.sampler.sample(logits, sample_states)
+        out = self.sampler.sample(logits, sample_states, step.bitmask)
         sampled = []
         for state, token, logprob in zip(sample_states, out.token_ids, out.logprobs,
                                          strict=True):

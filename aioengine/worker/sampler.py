@@ -6,7 +6,9 @@ Order of operations for one step (each row independently):
    logits, before any masking, penalty or temperature (vLLM's default "raw logprobs"), so they
    describe the model, not the sampling settings;
 2. ``min_tokens``: the request's stop token ids and eos (unless ``ignore_eos``) are masked while
-   fewer than ``min_tokens`` tokens were produced;
+   fewer than ``min_tokens`` tokens were produced -- except in rows a grammar constrains
+   (structured outputs), where the engine's token bitmask decides what may come, eos included;
+   then ``logit_bias`` is added;
 3. penalties: repetition (prompt and output tokens), frequency and presence (output tokens);
 4. greedy rows (temperature 0) take the argmax here;
 5. other rows: temperature, then top-k, top-p (on the renormalised top-k set), min-p, and one
@@ -27,9 +29,11 @@ from dataclasses import dataclass
 import torch
 
 from aioengine.messages.engine_io import TokenLogprob
+from aioengine.messages.worker_io import GrammarBitmask
 from aioengine.worker.sampler_ops import (
     apply_min_p,
     apply_penalties,
+    apply_token_bitmask,
     apply_top_k_top_p,
     inverse_cdf_sample,
     position_seed,
@@ -62,7 +66,10 @@ class Sampler:
         return gen
 
     @torch.inference_mode()
-    def sample(self, logits: torch.Tensor, states: Sequence[SequenceState]) -> SamplerOutput:
+    def sample(self, logits: torch.Tensor, states: Sequence[SequenceState],
+               bitmask: GrammarBitmask | None = None) -> SamplerOutput:
+        """``bitmask``: the allowed tokens of the rows a grammar constrains (its ``rows`` index
+        ``states``)."""
         n = len(states)
         if logits.dim() != 2 or logits.shape[0] != n:
             raise ValueError(f"logits must be [{n}, vocab] for {n} sequences, "
@@ -77,13 +84,20 @@ class Sampler:
         plain = True  # no penalties, no min_tokens mask, no logprobs
         for s in states:
             all_greedy &= s.greedy
-            plain &= not (s.has_penalty or s.params.logprobs is not None or s.masks_stop_now)
-        if all_greedy and plain:
+            plain &= not (s.has_penalty or s.params.logprobs is not None or s.masks_stop_now
+                          or s.logit_bias_ids)
+        if all_greedy and plain and bitmask is None:
             return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * n)
-        return self._sample_general(logits.float(), states, all_greedy)
+        if bitmask is not None and (len(bitmask.data) != len(bitmask.rows) * bitmask.words * 4
+                                    or any(not 0 <= r < n for r in bitmask.rows)):
+            raise ValueError(f"grammar bitmask of {len(bitmask.data)} bytes for rows "
+                             f"{bitmask.rows} ({bitmask.words} words each) does not fit a "
+                             f"batch of {n}")
+        return self._sample_general(logits.float(), states, all_greedy, bitmask)
 
     def _sample_general(self, raw: torch.Tensor, states: Sequence[SequenceState],
-                        all_greedy: bool) -> SamplerOutput:
+                        all_greedy: bool, bitmask: GrammarBitmask | None = None
+                        ) -> SamplerOutput:
         device = raw.device
         lp_rows = [i for i, s in enumerate(states) if s.params.logprobs is not None]
         raw_logprobs = raw[lp_rows].log_softmax(dim=-1) if lp_rows else None
@@ -91,17 +105,34 @@ class Sampler:
 
         mask_rows: list[int] = []
         mask_cols: list[int] = []
+        bias_rows: list[int] = []
+        bias_cols: list[int] = []
+        bias_values: list[float] = []
+        constrained = set(bitmask.rows) if bitmask is not None else ()
         for i, s in enumerate(states):
-            if s.masks_stop_now:
+            if s.masks_stop_now and i not in constrained:
                 ids = [t for t in s.min_tokens_mask_ids if t < self.vocab_size]
                 mask_rows.extend([i] * len(ids))
                 mask_cols.extend(ids)
+            if s.logit_bias_ids:
+                for t, v in zip(s.logit_bias_ids, s.logit_bias_values, strict=True):
+                    if t < self.vocab_size:
+                        bias_rows.append(i)
+                        bias_cols.append(t)
+                        bias_values.append(v)
         pen_rows = [i for i, s in enumerate(states) if s.has_penalty]
-        if mask_rows or pen_rows:
+        if mask_rows or pen_rows or bias_rows or bitmask is not None:
             x = raw.clone()  # the steps below write in place; raw may be the model's output
         if mask_rows:
             x[torch.tensor(mask_rows, device=device), torch.tensor(mask_cols, device=device)] = \
                 float("-inf")
+        if bias_rows:
+            x.index_put_((torch.tensor(bias_rows, device=device),
+                          torch.tensor(bias_cols, device=device)),
+                         torch.tensor(bias_values, device=device, dtype=x.dtype),
+                         accumulate=True)
+        if bitmask is not None:
+            apply_token_bitmask(x, bitmask.rows, bitmask.words, bitmask.data)
 
         if pen_rows:
             self._penalise(x, pen_rows, [states[i] for i in pen_rows])

@@ -7,6 +7,7 @@ else is in the batch.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _MASK64 = (1 << 64) - 1
@@ -126,3 +127,26 @@ def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Ten
     # Strictly below the total, so rounding of u * total can never pass the last live token.
     target = torch.minimum(uniforms * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(1)
+
+
+def apply_token_bitmask(logits: torch.Tensor, rows: list[int], words: int, data: bytes) -> None:
+    """In place: set to -inf the logits of ``rows`` whose token's bit is 0 in that row's
+    bitmask (``words`` little-endian 32-bit words per row, one bit per token id; ids past the
+    bitmask are masked too)."""
+    n, vocab = len(rows), logits.shape[1]
+    packed = np.frombuffer(data, dtype=np.uint8).reshape(n, words * 4)
+    if logits.device.type == "cpu":
+        bits = torch.from_numpy(np.unpackbits(packed, axis=1, bitorder="little"))
+    else:  # unpack on the device: a quarter of the bytes cross the bus
+        dev = torch.from_numpy(packed.copy()).to(logits.device, non_blocking=True)
+        shifts = torch.arange(8, dtype=torch.uint8, device=logits.device)
+        bits = ((dev.unsqueeze(-1) >> shifts) & 1).reshape(n, -1)
+    width = min(vocab, bits.shape[1])
+    banned = bits[:, :width] == 0
+    if vocab > width:
+        banned = torch.cat([banned, banned.new_ones(n, vocab - width)], dim=1)
+    if n == logits.shape[0] and rows == list(range(n)):
+        logits.masked_fill_(banned, float("-inf"))
+    else:
+        index = torch.tensor(rows, device=logits.device)
+        logits[index] = logits[index].masked_fill(banned, float("-inf"))

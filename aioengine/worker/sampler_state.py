@@ -28,6 +28,8 @@ class SequenceState:
     has_top_k: bool = False
     has_top_p: bool = False
     has_min_p: bool = False
+    logit_bias_ids: tuple[int, ...] = ()
+    logit_bias_values: tuple[float, ...] = ()
     _prompt_ids_tensor: torch.Tensor | None = field(default=None, repr=False)
 
     @classmethod
@@ -51,6 +53,8 @@ class SequenceState:
             has_top_k=params.top_k > 0,
             has_top_p=params.top_p < 1.0,
             has_min_p=params.min_p > 0.0,
+            logit_bias_ids=tuple(params.logit_bias or ()),
+            logit_bias_values=tuple((params.logit_bias or {}).values()),
         )
 
     def prompt_ids_tensor(self, device: torch.device) -> torch.Tensor:

@@ -1,0 +1,18 @@
+"""Structured outputs: grammars (JSON schema, regex, choice, CFG) compiled into token masks.
+
+``backend`` is the only module that knows the grammar library (llguidance); the engine keeps
+one matcher per constrained request (``aioengine.engine.grammars``) and the worker's sampler
+applies the bitmask the engine sends with each step.
+"""
+
+from aioengine.structured.backend import (
+    CompiledGrammar,
+    GrammarBackend,
+    GrammarError,
+    GrammarMatcher,
+    check_spec,
+    spec_key,
+)
+
+__all__ = ["CompiledGrammar", "GrammarBackend", "GrammarError", "GrammarMatcher",
+           "check_spec", "spec_key"]
