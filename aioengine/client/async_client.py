@@ -29,6 +29,7 @@ from aioengine.client.inputs import (
     check_priority,
     check_request_id,
     prompt_token_ids,
+    text_size,
 )
 from aioengine.client.launch import EngineProcess, launch_engine
 from aioengine.client.output_task import output_loop
@@ -54,17 +55,6 @@ from transports.errors import TransportError
 # server's /health) for that long. Shorter ones stay on the loop (well under a millisecond;
 # the thread hand-off would cost more than it saves).
 INLINE_TEXT_CHARS = LONG_TEXT_CHARS
-
-
-def _text_size(messages: Sequence[ChatMessage]) -> int:
-    size = 0
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            size += len(content)
-        elif isinstance(content, list):
-            size += sum(len(str(part)) for part in content)
-    return size
 
 
 class AsyncMPClient:
@@ -268,7 +258,7 @@ class AsyncMPClient:
                    *, request_id: str | None = None, priority: int = 0,
                    **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
-        if _text_size(messages) > INLINE_TEXT_CHARS:
+        if text_size(messages) > INLINE_TEXT_CHARS:
             ids, params = await asyncio.to_thread(self.prepare_chat, messages, params,
                                                   **template_kwargs)
         else:
@@ -298,6 +288,7 @@ class AsyncMPClient:
         state = stream.state
         self._streams[rid] = stream  # registered before any await: duplicate ids are caught
         self._by_wire[wire_id] = stream
+        waiting = True  # counted by admission control until the first output arrives
         try:
             # eos_token_id None: the engine stops on every eos id the model declares.
             await self._send(AddRequest(wire_id, ids, params, now, priority))
@@ -308,7 +299,9 @@ class AsyncMPClient:
                     stream.event.clear()
                     await stream.event.wait()
                     continue
-                self._admission.started(wire_id)
+                if waiting:
+                    self._admission.started(wire_id)
+                    waiting = False
                 out = state.take_output()
                 yield out
                 if out.finished:

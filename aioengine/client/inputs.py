@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+from aioengine.client.chat_template import ChatMessage
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.messages.sampling_params import SamplingParams
 
@@ -70,3 +71,15 @@ def check_priority(priority: int) -> int:
         raise ValueError(f"priority must be an integer in [-2**63, 2**63) (int64 on the "
                          f"wire), got {priority!r}")
     return priority
+
+
+def text_size(messages: Sequence[ChatMessage]) -> int:
+    """Characters of a conversation's message contents (what templating/tokenizing costs)."""
+    size = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            size += len(content)
+        elif isinstance(content, list):
+            size += sum(len(str(part)) for part in content)
+    return size

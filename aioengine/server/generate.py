@@ -258,7 +258,12 @@ class Deadline:
         except asyncio.TimeoutError:
             raise self._expired() from None
 
-    async def bound(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    def bound(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """``events`` cut at the deadline; ``events`` itself when there is none (no extra
+        generator layer per token)."""
+        return events if self._at is None else self._bounded(events)
+
+    async def _bounded(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
         it = events.__aiter__()
         while True:
             try:
