@@ -73,7 +73,8 @@ class ServerSettings:
     """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
-    generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
+    generations in flight may still run before they are aborted (``finish_reason: "abort"``);
+    ``python -m aioengine.serve`` shuts down on SIGTERM or SIGINT."""
 
     def __post_init__(self) -> None:
         if self.model_name is not None and not self.model_name:
