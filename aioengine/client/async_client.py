@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -240,37 +240,37 @@ class AsyncMPClient:
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
                        request_id: str | None = None, priority: int = 0
-                       ) -> AsyncIterator[RequestOutput]:
+                       ) -> AsyncGenerator[RequestOutput, None]:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
         if isinstance(prompt, str) and len(prompt) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare, prompt, params)
+            ids, checked = await asyncio.to_thread(self.prepare, prompt, params)
         else:
-            ids, params = self.prepare(prompt, params)
+            ids, checked = self.prepare(prompt, params)
         # aclosing: closing this generator closes the inner one now (its cleanup aborts the
         # request), not whenever the loop's async-generator finalizer gets to it.
-        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+        async with aclosing(self.generate_prepared(ids, checked, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
                 yield out
 
     async def chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None = None,
                    *, request_id: str | None = None, priority: int = 0,
-                   **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
+                   **template_kwargs: Any) -> AsyncGenerator[RequestOutput, None]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
         if text_size(messages) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare_chat, messages, params,
-                                                  **template_kwargs)
+            ids, checked = await asyncio.to_thread(self.prepare_chat, messages, params,
+                                                   **template_kwargs)
         else:
-            ids, params = self.prepare_chat(messages, params, **template_kwargs)
-        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+            ids, checked = self.prepare_chat(messages, params, **template_kwargs)
+        async with aclosing(self.generate_prepared(ids, checked, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
                 yield out
 
     async def generate_prepared(self, ids: list[int], params: SamplingParams, *,
                                 request_id: str | None = None, priority: int = 0
-                                ) -> AsyncIterator[RequestOutput]:
+                                ) -> AsyncGenerator[RequestOutput, None]:
         """``generate`` for the output of ``prepare`` (batch callers check everything first)."""
         self._check_alive()
         self._check_loop()

@@ -63,7 +63,8 @@ class AsyncDriver:
             while True:
                 wait = gen.send(await self._wait(loop, wait))
         except StopIteration as stop:
-            return stop.value
+            result: T = stop.value
+            return result
         finally:
             gen.close()
 

@@ -75,12 +75,13 @@ def listen(name: str, backlog: int) -> socket.socket:
 
 def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    uid: int = struct.unpack("3i", creds)[1]
+    return uid
 
 
 def accept(listener: socket.socket, name: str) -> list[socket.socket]:
     """Every connection waiting on ``listener`` whose process belongs to our user."""
-    conns = []
+    conns: list[socket.socket] = []
     while True:
         try:
             sock, _ = listener.accept()
