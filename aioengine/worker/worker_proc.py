@@ -18,7 +18,8 @@ from __future__ import annotations
 import gc
 import logging
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -41,11 +42,13 @@ from transports import (
     open_writer,
 )
 
+if TYPE_CHECKING:  # the runner imports torch: only inside the worker process, in init
+    from aioengine.worker.model_runner import ModelRunner
+
 logger = logging.getLogger(__name__)
 
 TARGET = "aioengine.worker.worker_proc:make_worker_target"
 RECV_SLICE = 0.5  # seconds per blocking receive, so shutdown is noticed even without a wake-up
-CALLS = ("ping", "shutdown", "profile_memory")
 
 
 class WorkerLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -94,7 +97,7 @@ class WorkerProc(BusyLoopTarget):
     def __init__(self, launch: WorkerLaunch) -> None:
         self.launch = launch
         self.rank = launch.rank
-        self.runner: Any = None  # ModelRunner, built in init (imports torch)
+        self.runner: ModelRunner | None = None  # built in init (it imports torch)
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
         self._decoder = msgspec.msgpack.Decoder(WorkerInbound)
@@ -147,6 +150,7 @@ class WorkerProc(BusyLoopTarget):
         import torch
         import torch.distributed as dist
 
+        assert self.runner is not None  # built just before, in init
         t = torch.tensor([blocks], dtype=torch.long, device=self.runner.device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.item())
@@ -181,22 +185,20 @@ class WorkerProc(BusyLoopTarget):
 
     def _run(self, msg: StepInput | WorkerCall, ctx: LoopContext) -> WorkerOutbound | None:
         if isinstance(msg, StepInput):
-            result = self.runner.execute(msg)
-            return result if self.rank == 0 else None
-        if msg.method not in CALLS:
+            runner = self.runner
+            assert runner is not None  # built by init
+            out = runner.execute(msg)
+            return out if self.rank == 0 else None
+        call = CALLS.get(msg.method)
+        if call is None:
             exc = ValueError(f"unknown worker call {msg.method!r}; known: {list(CALLS)}")
             return error_reply(self.rank, exc, fatal=False) if self.rank == 0 else None
-        result: Any = None
-        if msg.method == "ping":
-            result = "pong"
-        elif msg.method == "shutdown":
-            ctx.request_shutdown("shutdown call")
-        elif msg.method == "profile_memory":
-            result = self._memory_report()
+        result = call(self, ctx)
         return WorkerCallResult(msg.call_id, result) if self.rank == 0 else None
 
     def _memory_report(self) -> dict[str, Any]:
         runner = self.runner
+        assert runner is not None  # built by init
         prof = runner.memory_profile
         return {"num_kv_blocks": runner.num_kv_blocks, "max_model_len": runner.max_model_len,
                 "block_size": runner.config.block_size,
@@ -227,3 +229,21 @@ class WorkerProc(BusyLoopTarget):
             from aioengine.worker.parallel import destroy_distributed
 
             destroy_distributed()
+
+
+def _ping(proc: WorkerProc, ctx: LoopContext) -> object:
+    return "pong"
+
+
+def _shutdown(proc: WorkerProc, ctx: LoopContext) -> object:
+    ctx.request_shutdown("shutdown call")
+    return None
+
+
+def _profile_memory(proc: WorkerProc, ctx: LoopContext) -> object:
+    return proc._memory_report()
+
+
+CALLS: dict[str, Callable[[WorkerProc, LoopContext], object]] = {
+    "ping": _ping, "shutdown": _shutdown, "profile_memory": _profile_memory}
+"""The calls a worker answers (``WorkerCall.method``), each with its result."""
