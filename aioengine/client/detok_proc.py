@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 
-from aioengine.engine.detokenize import EngineDetokenizer
 from aioengine.messages.engine_io import (
     AbortRequests,
     AddRequest,
@@ -26,6 +25,7 @@ from aioengine.messages.engine_io import (
     StepOutputs,
 )
 from aioengine.runtime.busy_loop import BusyLoopTarget, LoopContext
+from aioengine.text.detokenize import EngineDetokenizer
 from transports import (
     ChannelClosedError,
     PeerClosedError,
