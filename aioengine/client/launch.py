@@ -16,18 +16,15 @@ from typing import Any
 
 import msgspec
 
-from aioengine.client.detok_proc import DetokLaunch
 from aioengine.config import EngineConfig
-from aioengine.engine.core_proc import TARGET as ENGINE_TARGET
-from aioengine.engine.core_proc import EngineLaunch
 from aioengine.hub import ResolvedModel, resolve_model
+from aioengine.messages.launch import DETOK_TARGET, ENGINE_TARGET, DetokLaunch, EngineLaunch
 from aioengine.runtime import ChildSpec, EngineDeadError, EngineStartupError, Supervisor
 from aioengine.runtime.errors import describe_exitcode
 from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
 
 logger = logging.getLogger(__name__)
 
-DETOK_TARGET = "aioengine.client.detok_proc:make_detokenizer"
 ENGINE_NAME = "aioengine-engine"
 DETOK_NAME = "aioengine-detokenizer"
 

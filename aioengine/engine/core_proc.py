@@ -50,6 +50,7 @@ from aioengine.messages.engine_io import (
     UtilityCall,
     UtilityResult,
 )
+from aioengine.messages.launch import EngineLaunch
 from aioengine.runtime.busy_loop import BusyLoopTarget, LoopContext
 from transports import (
     ChannelClosedError,
@@ -65,23 +66,10 @@ if TYPE_CHECKING:  # the core imports torch: only inside the engine process, in 
 
 logger = logging.getLogger(__name__)
 
-TARGET = "aioengine.engine.core_proc:make_engine_target"
 IDLE_WAIT = 0.1  # seconds an idle loop blocks on the input queue before looking at shutdown
 
 Frame = tuple[EngineMessage, bytes]
 """A message for the output thread and its encoding (the loop encodes: see the module doc)."""
-
-
-class EngineLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What the engine process needs; crosses spawn as msgpack."""
-
-    config: bytes  # EngineConfig.to_msgpack()
-    input_url: str  # the client's request writer (bound by the client); we connect a reader
-    output_url: str  # the client's output reader (bound by the client); we connect a writer
-    connect_timeout: float = 30.0
-
-    def encode(self) -> bytes:
-        return msgspec.msgpack.encode(self)
 
 
 class _Rejected(msgspec.Struct):

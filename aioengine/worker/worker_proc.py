@@ -1,6 +1,7 @@
 """The worker process: one tensor-parallel rank under the runtime's ``run_busy_loop``.
 
-Start it with a ``Supervisor`` and ``ChildSpec(name, TARGET, WorkerLaunch(...).encode())``;
+Start it with a ``Supervisor`` and ``ChildSpec(name, WORKER_TARGET, WorkerLaunch(...).encode())``
+(both from ``aioengine.messages.launch``);
 the protocol (who binds what, who answers what) is in ``aioengine/worker/README.md``.
 
 init: join torch.distributed (world_size > 1), load the model, size the KV cache (the launch's
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from aioengine.config import EngineConfig
+from aioengine.messages.launch import WorkerLaunch
 from aioengine.messages.worker_io import (
     StepInput,
     WorkerCall,
@@ -47,37 +48,7 @@ if TYPE_CHECKING:  # the runner imports torch: only inside the worker process, i
 
 logger = logging.getLogger(__name__)
 
-TARGET = "aioengine.worker.worker_proc:make_worker_target"
 RECV_SLICE = 0.5  # seconds per blocking receive, so shutdown is noticed even without a wake-up
-
-
-class WorkerLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Everything one worker needs; crosses ``spawn`` as msgpack (never pickled)."""
-
-    config: EngineConfig
-    rank: int
-    world_size: int
-    step_url: str  # the engine's broadcast writer (bound by the engine); we connect rank ``rank``
-    result_url: str  # this rank's result reader (bound by the engine); we connect a writer
-    dist_init_addr: str | None = None  # host:port of the torch.distributed rendezvous (tp > 1)
-    num_kv_blocks: int | None = None  # None: plan from the config, minimum over ranks
-    connect_timeout: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise ValueError(f"world_size must be at least 1, got {self.world_size}")
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
-        if self.world_size != self.config.tensor_parallel_size:
-            raise ValueError(f"world_size {self.world_size} differs from the config's "
-                             f"tensor_parallel_size {self.config.tensor_parallel_size}")
-        if self.world_size > 1 and not self.dist_init_addr:
-            raise ValueError("dist_init_addr (host:port) is required when world_size > 1")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ValueError(f"num_kv_blocks must be positive, got {self.num_kv_blocks}")
-
-    def encode(self) -> bytes:
-        return msgspec.msgpack.encode(self)
 
 
 def make_worker_target(args: bytes) -> WorkerProc:
