@@ -134,7 +134,8 @@ class AsyncMPClient:
         # Runs if the owner forgets shutdown(): no child, file or segment outlives the host.
         self._finalizer = weakref.finalize(self, self._engine.close_sync)
         self._output_task = self._loop.create_task(
-            output_loop(weakref.ref(self), self._engine.outputs), name="aioengine-output")
+            output_loop(self._router, self._death, weakref.WeakMethod(self._abort_soon),
+                        self._engine.outputs), name="aioengine-output")
         self._death.watching = True
 
     async def shutdown(self) -> None:
@@ -148,12 +149,12 @@ class AsyncMPClient:
                 self._check_loop()  # raises
             # Its tasks died with their loop: only the processes remain.
             self._closed = self._death.quiet = True
-            self._set_dead(EngineDeadError("the client was shut down"))
+            self._death.declare(EngineDeadError("the client was shut down"))
             if self._engine is not None:
                 await asyncio.to_thread(self._finalizer)
             return
         self._closed = self._death.quiet = True
-        self._set_dead(EngineDeadError("the client was shut down"))
+        self._death.declare(EngineDeadError("the client was shut down"))
         tasks = [t for t in (self._output_task, *self._background) if t is not None]
         for t in tasks:
             t.cancel()
@@ -364,7 +365,7 @@ class AsyncMPClient:
                     raise self._death.fresh_error()
                 await self._engine.requests.send(frame)
         except TransportError as e:
-            self._set_dead(EngineDeadError(f"the engine's request channel failed: {e}"))
+            self._death.declare(EngineDeadError(f"the engine's request channel failed: {e}"))
             raise self._death.fresh_error() from e
 
     def _abort_soon(self, request_id: str) -> None:
@@ -383,12 +384,3 @@ class AsyncMPClient:
                 await self._send(AbortRequests(ids))
             except EngineDeadError:
                 pass  # every stream is failing already
-
-    # ---- receiving and death (``engine_messages``, ``engine_death``) ----------------------
-    def _on_frame(self, header: memoryview) -> bool:
-        """One engine message, from ``output_loop``; False when the loop must end."""
-        return self._router.on_frame(header, self._abort_soon)
-
-    def _set_dead(self, error: EngineDeadError) -> None:
-        """Declare the engine dead (the first cause wins); see ``EngineDeath.declare``."""
-        self._death.declare(error)
