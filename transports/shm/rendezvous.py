@@ -14,7 +14,6 @@ end and our poll(2) sees POLLIN/POLLHUP at once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import logging
@@ -23,6 +22,8 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+
+import anyio
 
 from transports.errors import AddressError, PeerClosedError, TransportError
 from transports.shm.address import socket_address, url
@@ -137,7 +138,7 @@ async def connect_async(name: str, timeout: float) -> socket.socket:
         left = end - time.monotonic()
         if left <= 0:
             raise _connect_timeout(name, timeout)
-        await asyncio.sleep(min(delay, left))
+        await anyio.sleep(min(delay, left))  # asyncio or trio
         delay = min(delay * 2, _RETRY_MAX)
     return sock
 
