@@ -21,62 +21,62 @@ def run(backend: str, body) -> None:
     anyio.run(bounded, backend=backend)
 
 
+def run_pair(backend: str, body, capacity: int | None = None) -> None:
+    """``await body(writer, reader)`` on a fresh point-to-point pair, closed afterwards."""
+    async def paired() -> None:
+        w = await T.open_async_writer("shm", capacity=capacity)
+        try:
+            r = await T.open_async_reader(w.address, connect_timeout=10)
+            try:
+                await body(w, r)
+            finally:
+                r.close()
+        finally:
+            w.close()
+    run(backend, paired)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ordering_under_backpressure(backend: str) -> None:
     """A small ring: the writer waits for space, the reader for data, in both directions."""
     n = 3000
 
-    async def body() -> None:
-        w = await T.open_async_writer("shm", capacity=64 * KiB)
-        r = await T.open_async_reader(w.address, connect_timeout=10)
-
+    async def body(w: T.AsyncWriter, r: T.AsyncReader) -> None:
         async def write() -> None:
             for i in range(n):
                 await w.send(*make_message(i, 1000 + 37 * (i % 50)))
 
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(write)
-                for i in range(n):
-                    assert check_message(await r.recv(timeout=10), i, 1000 + 37 * (i % 50))
-        finally:
-            w.close()
-            r.close()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            for i in range(n):
+                assert check_message(await r.recv(timeout=10), i, 1000 + 37 * (i % 50))
 
-    run(backend, body)
+    run_pair(backend, body, capacity=64 * KiB)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_timeouts_then_still_usable_and_the_peer_end(backend: str) -> None:
-    async def body() -> None:
-        w = await T.open_async_writer("shm", capacity=64 * KiB)
-        r = await T.open_async_reader(w.address, connect_timeout=10)
-        try:
-            with pytest.raises(TimeoutError):
-                await r.recv(timeout=0.05)
-            sent = 0
-            with pytest.raises(TimeoutError):  # nobody reads: the writer runs out of room
-                while sent < 100_000:
-                    await w.send(*make_message(sent, 1000), timeout=0.2)
-                    sent += 1
-            assert 0 < sent < 100_000
-            for i in range(sent):
-                assert check_message(await r.recv(timeout=10), i, 1000)
-            w.close()
-            with pytest.raises(T.PeerClosedError):
-                await r.recv(timeout=10)
-        finally:
-            w.close()
-            r.close()
+    async def body(w: T.AsyncWriter, r: T.AsyncReader) -> None:
+        with pytest.raises(TimeoutError):
+            await r.recv(timeout=0.05)
+        sent = 0
+        with pytest.raises(TimeoutError):  # nobody reads: the writer runs out of room
+            while sent < 100_000:
+                await w.send(*make_message(sent, 1000), timeout=0.2)
+                sent += 1
+        assert 0 < sent < 100_000
+        for i in range(sent):
+            assert check_message(await r.recv(timeout=10), i, 1000)
+        w.close()
+        with pytest.raises(T.PeerClosedError):
+            await r.recv(timeout=10)
 
-    run(backend, body)
+    run_pair(backend, body, capacity=64 * KiB)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_close_wakes_a_waiting_recv(backend: str) -> None:
-    async def body() -> None:
-        w = await T.open_async_writer("shm")
-        r = await T.open_async_reader(w.address, connect_timeout=10)
+    async def body(w: T.AsyncWriter, r: T.AsyncReader) -> None:
         errors: list[BaseException] = []
 
         async def waiting() -> None:
@@ -85,34 +85,25 @@ def test_close_wakes_a_waiting_recv(backend: str) -> None:
             except BaseException as e:
                 errors.append(e)
 
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(waiting)
-                await anyio.sleep(0.1)
-                r.close()
-            assert len(errors) == 1 and isinstance(errors[0], T.ChannelClosedError), errors
-        finally:
-            w.close()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiting)
+            await anyio.sleep(0.1)
+            r.close()
+        assert len(errors) == 1 and isinstance(errors[0], T.ChannelClosedError), errors
 
-    run(backend, body)
+    run_pair(backend, body)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cancelling_a_waiting_recv_leaves_the_reader_usable(backend: str) -> None:
-    async def body() -> None:
-        w = await T.open_async_writer("shm")
-        r = await T.open_async_reader(w.address, connect_timeout=10)
-        try:
-            with anyio.move_on_after(0.05) as scope:
-                await r.recv()
-            assert scope.cancelled_caught
-            await w.send(b"after")
-            assert bytes((await r.recv(timeout=10)).header) == b"after"
-        finally:
-            w.close()
-            r.close()
+    async def body(w: T.AsyncWriter, r: T.AsyncReader) -> None:
+        with anyio.move_on_after(0.05) as scope:
+            await r.recv()
+        assert scope.cancelled_caught
+        await w.send(b"after")
+        assert bytes((await r.recv(timeout=10)).header) == b"after"
 
-    run(backend, body)
+    run_pair(backend, body)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
