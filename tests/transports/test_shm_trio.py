@@ -1,8 +1,10 @@
-"""The shm async endpoints under trio as under asyncio (``anyio.run`` with either backend):
+"""The shm async endpoints under trio as under asyncio and uvloop (``anyio.run``):
 the asyncio driver hands a wait to the anyio driver when no asyncio loop runs. Point-to-point
 with backpressure, timeouts, close and the peer's end, and a broadcast."""
 
 from __future__ import annotations
+
+import asyncio
 
 import anyio
 import pytest
@@ -11,14 +13,19 @@ import transports as T
 from tests.transports.peers import check_message, make_message
 
 KiB = 1024
-BACKENDS = ["asyncio", "trio"]
+BACKENDS = ["asyncio", "uvloop", "trio"]
 
 
 def run(backend: str, body) -> None:
     async def bounded() -> None:
+        if backend == "uvloop":
+            assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
         with anyio.fail_after(60):
             await body()
-    anyio.run(bounded, backend=backend)
+    if backend == "uvloop":
+        anyio.run(bounded, backend="asyncio", backend_options={"use_uvloop": True})
+    else:
+        anyio.run(bounded, backend=backend)
 
 
 def run_pair(backend: str, body, capacity: int | None = None) -> None:
