@@ -144,7 +144,8 @@ class AsyncMPClient:
             raise
         self._replicas = replicas
         if len(replicas) > 1:
-            self._pick = PrefixRouter([r.load for r in replicas], self.config.block_size)
+            self._pick = PrefixRouter([r.load for r in replicas], self.config.block_size,
+                                      policy=self.config.data_parallel_routing)
         # Runs if the owner forgets shutdown(): no child, file or segment outlives the host.
         self._finalizer = weakref.finalize(self, close_all_sync, engines)
         self._output_tasks = [self._loop.create_task(

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 _ROOT_HASH = 0x5EED  # the engine's chain start (engine/block_manager.py)
 WAITING_WEIGHT = 4  # vLLM's weight for a waiting request against a running one
+POLICIES = ("prefix", "least_loaded", "round_robin")
 
 
 class ReplicaLoad:
@@ -48,12 +49,18 @@ def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
 
 
 class PrefixRouter:
-    """Picks a replica per request; ``max_hashes`` bounds the affinity table (LRU)."""
+    """Picks a replica per request; ``max_hashes`` bounds the affinity table (LRU).
+    ``policy``: ``prefix`` (affinity, else least loaded), ``least_loaded``, or ``round_robin``
+    (the next live replica whatever its load: the bench's reference point)."""
 
     def __init__(self, loads: Sequence[ReplicaLoad], block_size: int, *,
-                 slack: int = 2 * WAITING_WEIGHT, max_hashes: int = 65536) -> None:
+                 policy: str = "prefix", slack: int = 2 * WAITING_WEIGHT,
+                 max_hashes: int = 65536) -> None:
         if not loads:
             raise ValueError("a router needs at least one replica")
+        if policy not in POLICIES:
+            raise ValueError(f"routing policy must be one of {POLICIES}, got {policy!r}")
+        self.policy = policy
         self.loads = loads
         self.block_size = block_size
         self.slack = slack
@@ -70,8 +77,14 @@ class PrefixRouter:
             raise LookupError("no replica is alive")
         n = len(self.loads)
         start = self._next
+        if self.policy == "round_robin":
+            chosen = min(alive, key=lambda i: (i - start) % n)
+            self._next = (chosen + 1) % n
+            return chosen
         least = min(alive, key=lambda i: (self.loads[i].score, (i - start) % n))
         self._next = (least + 1) % n
+        if self.policy == "least_loaded":
+            return least
         hashes = block_hashes(token_ids, self.block_size)
         chosen = least
         best = self._longest_owner(hashes)
