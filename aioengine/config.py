@@ -132,6 +132,9 @@ class EngineConfig:
     distributed_backend: str = "local"
     """Where replicas run: ``local`` (child processes of this host) or ``ray`` (one Ray actor per
     replica, placed by Ray on any node of the cluster; needs ``pip install aioengine[ray]``)."""
+    ray_force_tcp: bool = False
+    """With ``distributed_backend="ray"``: reach every replica over ``zmq+tcp://``, also those
+    on the host's own node (which otherwise use ``transport``)."""
 
     def __post_init__(self) -> None:
         _one_of("dtype", self.dtype, DTYPES)

@@ -148,6 +148,9 @@ def replica_transport(transport: str, index: int) -> str:
 async def launch_replicas(config: EngineConfig, replicas: list[Replica],
                           loop: asyncio.AbstractEventLoop) -> list[EngineProcess]:
     """Start every replica's engine at once; on any failure none is left running."""
+    if config.distributed_backend == "ray":
+        from aioengine.client.dp.ray_replicas import launch_ray_replicas
+        return await launch_ray_replicas(config, replicas, loop)
     for r in replicas:
         r.death.loop = loop  # where a death seen by a monitor thread is declared
     results = await asyncio.gather(
