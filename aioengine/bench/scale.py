@@ -5,6 +5,12 @@ split between them, the same total ``max_num_seqs``) run the offline suite's see
 through ``LLM.generate``; both are started once and their timed repeats alternate, so a change
 of load on the box hits both alike. Metric: output tokens/s, the median repeat.
 
+``local_dp2_b1``, ``ray_dp2_b1`` and ``ray_dp2_tcp_b1``: batch-1 decode (one request at a time,
+tokens/s between its first and last token) through two local replicas, through two replicas
+that Ray placed (a local Ray instance started for the suite; the host's own node, so the
+configured transport) and the same forced over ``zmq+tcp://``; also ``ray_vs_local_decode``,
+the Ray path's rate over the local one (the goal is >= 0.9). Alternating, median of 5.
+
 ``round_robin`` and ``prefix_affinity``: two replicas serve a shared-prefix workload (a few
 long system prompts, many short questions each, a few in flight at a time); the metric is the
 fraction of prompt tokens found in a replica's prefix cache (``num_cached_tokens``).
@@ -44,16 +50,71 @@ def run(options: BenchOptions) -> list[Result]:
     total = options.threads or _usable_cpus()
     sides = [n for n in SIDES if options.wants(n)]
     policies = [n for n in ("round_robin", "prefix_affinity") if options.wants(n)]
+    decode = [n for n in DECODE_SIDES if options.wants(n)]
     results: list[Result] = []
-    with Progress(len(sides) * REPEATS + len(policies), SUITE, options.progress) as bar:
+    steps = len(sides) * REPEATS + len(decode) * DECODE_REPEATS + len(policies)
+    with Progress(steps, SUITE, options.progress) as bar:
         if sides:
             results += _throughput(options, work, sides, total, sizes["batch"], bar)
+        if decode:
+            started_ray = _start_ray() if any("ray" in s for s in decode) else None
+            try:
+                results += asyncio.run(_decode(options, decode, bar))
+            finally:
+                if started_ray is not None:
+                    started_ray.shutdown()
         for name in policies:
             bar.label(name)
             rate = asyncio.run(_prefix_hit_rate(options, space, name))
             results.append(Result(SUITE, name, "prefix_hit_rate", rate, "fraction"))
             bar.advance()
     return results
+
+
+DECODE_SIDES = {"local_dp2_b1": {}, "ray_dp2_b1": {"distributed_backend": "ray"},
+                "ray_dp2_tcp_b1": {"distributed_backend": "ray", "ray_force_tcp": True}}
+DECODE_TOKENS = 128
+DECODE_REPEATS = 5
+
+
+async def _decode(options: BenchOptions, sides: list[str], bar: Progress) -> list[Result]:
+    from contextlib import AsyncExitStack
+
+    from aioengine import AsyncMPClient, SamplingParams
+
+    params = SamplingParams(max_tokens=DECODE_TOKENS, temperature=0.0, ignore_eos=True)
+    rates: dict[str, list[float]] = {s: [] for s in sides}
+    async with AsyncExitStack() as stack:
+        clients = {s: await stack.enter_async_context(AsyncMPClient(
+            _config(options, 2, None, 2, DECODE_TOKENS + 32, **DECODE_SIDES[s])))
+            for s in sides}
+        for s in sides:  # warm-up
+            _ = [o async for o in clients[s].generate([1, 2, 3], params)]
+        for i in range(DECODE_REPEATS):
+            for s in sides:
+                bar.label(s)
+                stamps = [time.perf_counter() async for _ in
+                          clients[s].generate([7, 8, 9, 10 + i], params)]
+                rates[s].append((DECODE_TOKENS - 1) / (stamps[-1] - stamps[0]))
+                bar.advance()
+    results = [Result(SUITE, s, "batch1_decode_tok_s", statistics.median(r), "tok/s")
+               for s, r in rates.items()]
+    if "local_dp2_b1" in rates:
+        local = statistics.median(rates["local_dp2_b1"])
+        results += [Result(SUITE, s, "ray_vs_local_decode", statistics.median(rates[s]) / local,
+                           "ratio") for s in rates if s != "local_dp2_b1"]
+    return results
+
+
+def _start_ray() -> Any:
+    """A local Ray instance for the Ray rows (the module, to shut it down after), or None when
+    one is running already (``RAY_ADDRESS`` or the caller's own)."""
+    import ray
+    if ray.is_initialized():
+        return None
+    # Logical CPUs: one per replica of each Ray side (the host's cores are shared anyway).
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="warning", log_to_driver=False)
+    return ray
 
 
 def _usable_cpus() -> int:
