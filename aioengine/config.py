@@ -22,6 +22,9 @@ DETOKENIZE_IN = ("host", "engine", "process")
 CPU_DECODE_ATTENTION = ("auto", "kernel", "sdpa")
 QUANTIZATIONS = ("gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
 QUANT_ACTIVATIONS = ("float32", "int16", "int8")
+REPLICA_FAILURE = ("fail", "degrade")
+DISTRIBUTED_BACKENDS = ("local", "ray")
+DATA_PARALLEL_ROUTING = ("prefix", "least_loaded", "round_robin")
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,25 @@ class EngineConfig:
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form settings for experiments; not read by the engine itself."""
+    data_parallel_size: int = 1
+    """Engine replicas behind one client, each with its own channels and ``tensor_parallel_size``
+    workers; the client sends each request to the replica likely to hold its prompt prefix,
+    else the least loaded one (docs/scaling.md). ``num_threads`` None: the CPUs are split
+    between the replicas."""
+    replica_failure: str = "fail"
+    """With ``data_parallel_size`` > 1, what a replica's death does: ``fail`` (the client is dead
+    as a whole, as with one engine) or ``degrade`` (only that replica's requests fail with
+    ``EngineDeadError``; the survivors keep serving, and stats and ``/health`` say so)."""
+    data_parallel_routing: str = "prefix"
+    """How the client picks a replica: ``prefix`` (the one that last got a prompt with the
+    same leading blocks, unless it is much busier; else the least loaded), ``least_loaded``
+    (4 x waiting + running requests, as vLLM weighs them), or ``round_robin``."""
+    distributed_backend: str = "local"
+    """Where replicas run: ``local`` (child processes of this host) or ``ray`` (one Ray actor per
+    replica, placed by Ray on any node of the cluster; needs ``pip install aioengine[ray]``)."""
+    ray_force_tcp: bool = False
+    """With ``distributed_backend="ray"``: reach every replica over ``zmq+tcp://``, also those
+    on the host's own node (which otherwise use ``transport``)."""
 
     def __post_init__(self) -> None:
         _one_of("dtype", self.dtype, DTYPES)
@@ -125,6 +147,10 @@ class EngineConfig:
             raise ValueError(f"quantization must be None or one of {QUANTIZATIONS}, got "
                              f"{self.quantization!r}")
         _one_of("quant_activations", self.quant_activations, QUANT_ACTIVATIONS)
+        _one_of("replica_failure", self.replica_failure, REPLICA_FAILURE)
+        _one_of("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
+        _one_of("data_parallel_routing", self.data_parallel_routing, DATA_PARALLEL_ROUTING)
+        _positive("data_parallel_size", self.data_parallel_size)
         scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
         if scheme not in TRANSPORT_SCHEMES:
             raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "
@@ -212,7 +238,9 @@ class EngineConfig:
 _CHOICES = {"dtype": DTYPES, "device": DEVICES, "executor": EXECUTORS,
             "load_format": LOAD_FORMATS, "detokenize_in": DETOKENIZE_IN,
             "cpu_decode_attention": CPU_DECODE_ATTENTION, "quantization": QUANTIZATIONS,
-            "quant_activations": QUANT_ACTIVATIONS}
+            "quant_activations": QUANT_ACTIVATIONS, "replica_failure": REPLICA_FAILURE,
+            "distributed_backend": DISTRIBUTED_BACKENDS,
+            "data_parallel_routing": DATA_PARALLEL_ROUTING}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

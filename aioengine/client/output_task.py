@@ -16,10 +16,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-async def output_loop(me: weakref.ref[AsyncMPClient], reader: AsyncReader) -> None:
-    """The client's output task. It holds the client only weakly while it waits, so a client
-    its owner dropped can be collected (and its finalizer stop the engine); a bound method
-    here would keep it alive as long as the loop runs."""
+async def output_loop(me: weakref.ref[AsyncMPClient], reader: AsyncReader,
+                      replica: int = 0) -> None:
+    """The client's output task (one per engine replica). It holds the client only weakly while
+    it waits, so a client its owner dropped can be collected (and its finalizer stop the
+    engine); a bound method here would keep it alive as long as the loop runs."""
     while True:
         error: EngineDeadError | None = None
         try:
@@ -35,13 +36,13 @@ async def output_loop(me: weakref.ref[AsyncMPClient], reader: AsyncReader) -> No
         if client is None:
             return
         if error is not None:
-            client._set_dead(error)
+            client._set_dead(error, replica)
             return
         try:
-            if not client._on_frame(msg.header):
+            if not client._on_frame(msg.header, replica):
                 return
         except Exception as e:
             logger.exception("output task failed")
-            client._set_dead(EngineDeadError(f"the client's output task failed: {e!r}"))
+            client._set_dead(EngineDeadError(f"the client's output task failed: {e!r}"), replica)
             return
         del client  # no strong reference across the next await

@@ -184,6 +184,11 @@ class _Info:
 
     async def health(self, request: web.Request) -> web.Response:
         await self._ask("check_health")
+        total = self._client.config.data_parallel_size
+        alive = self._client.replicas_alive
+        if alive < total:  # replica_failure="degrade": serving, on fewer replicas
+            return _json({"status": "degraded", "replicas_alive": alive,
+                          "data_parallel_size": total})
         return _json({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
