@@ -46,12 +46,7 @@ from aioengine.server.responses import (
     CompletionFormat,
     TokenText,
 )
-from aioengine.server.tools import (
-    ToolChatFormat,
-    plan_tools,
-    template_knows_tools,
-    template_messages,
-)
+from aioengine.server.tools import ToolChatFormat, chat_inputs, plan_tools
 
 logger = logging.getLogger(__name__)
 
@@ -122,11 +117,8 @@ class GenerateHandlers:
         except ApiError:
             self._metrics.count("chat", "rejected")
             raise
-        template = getattr(self._tokenizer, "chat_template", None)
-        knows_tools = template_knows_tools(getattr(template, "source", None))
-        tools = plan.tools if plan is not None else None
-        messages = template_messages(req.messages, tools, knows_tools)
-        extra = {"tools": tools} if tools and knows_tools else {}
+        messages, extra = chat_inputs(req.messages, plan.tools if plan else None,
+                                      self._tokenizer)
 
         def start(i: int) -> AsyncIterator[Any]:
             return self._client.chat(messages, seeded(params, i), **extra)

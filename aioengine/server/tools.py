@@ -222,6 +222,22 @@ def template_knows_tools(source: str | None) -> bool:
     return source is not None and "tools" in source
 
 
+def chat_inputs(messages: list[ChatMessage], tools: list[Json] | None, tokenizer: Any
+                ) -> tuple[list[Json], dict[str, Any]]:
+    """The template's messages and its extra arguments (``tools`` when it renders them)."""
+    template = getattr(tokenizer, "chat_template", None)
+    knows = template_knows_tools(getattr(template, "source", None))
+    return template_messages(messages, tools, knows), ({"tools": tools} if tools and knows
+                                                       else {})
+
+
+def tool_dicts(tools: list[Any] | None) -> list[Json] | None:
+    """``tools`` as the template sees them (no checks: /tokenize only counts them)."""
+    if not tools:
+        return None
+    return [{"type": "function", "function": _function_dict(t.function)} for t in tools]
+
+
 def template_messages(messages: list[ChatMessage], tools: list[Json] | None,
                       knows_tools: bool) -> list[Json]:
     """The conversation as chat-template dicts. A tool-aware template gets Hugging Face's
