@@ -44,7 +44,8 @@ from aioengine.server.tool_parsers import Parsed, ParsedCall, StreamParser, get_
 from aioengine.structured import GrammarError, check_spec
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}}
+_NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
+                                 "additionalProperties": False}
 
 
 @dataclass
