@@ -140,7 +140,7 @@ def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: 
             raise ApiError(400, f"tools[{i}].function.parameters is not a usable JSON schema: "
                            f"{e}", param=f"tools[{i}].function.parameters",
                            code="invalid_parameter") from e
-        schemas[fn.name] = schema
+        schemas[fn.name] = closed_objects(schema)
         tools.append({"type": "function", "function": _function_dict(fn)})
     choice = req.tool_choice if req.tool_choice is not None else "auto"
     plan = ToolPlan(mode="auto", tools=tools, schemas=schemas, parser_name=parser_name,
@@ -161,6 +161,30 @@ def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: 
                            "structured_outputs", param="tool_choice", code="invalid_parameter")
         params = replace(params, structured_outputs=spec)
     return plan, params
+
+
+def closed_objects(schema: Any) -> Any:
+    """``schema`` with ``additionalProperties: false`` on every object schema that lists its
+    ``properties`` and says nothing of others: a call's arguments are the declared parameters
+    (OpenAI's strict mode requires it; without it a grammar lets a weak model invent keys
+    until ``max_tokens``). ``allOf`` members are left open: closing them would conflict."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions", "patternProperties"):
+            out[key] = ({k: closed_objects(v) for k, v in value.items()}
+                        if isinstance(value, dict) else value)
+        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties", "not"):
+            out[key] = closed_objects(value)
+        else:
+            out[key] = value
+    if "properties" in out and "additionalProperties" not in out \
+            and "patternProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
 def _choice_text(choice: Any) -> str:

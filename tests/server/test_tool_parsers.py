@@ -3,6 +3,7 @@ pieces, and the calls a chat template writes for a past assistant turn read back
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -33,7 +34,7 @@ def streamed(parser_name: str, pieces: list[str]) -> Parsed:
 def cuts(text: str, points: list[int]) -> list[str]:
     points = sorted({p % (len(text) + 1) for p in points})
     bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 HERMES_REPLIES = [
@@ -192,3 +193,24 @@ def test_tool_aware_template_gets_tools_and_hf_shaped_calls() -> None:
     assert "<|start|>ipython\nsunny, 21 C<|end|>" in prompt
     out = get_parser("llama3_json").extract(_assistant_turn(prompt, "<|start|>", "<|end|>"))
     assert (out.content, out.calls) == ("", [WEATHER, ADD])
+
+
+def test_tool_grammars_close_objects_that_list_their_properties() -> None:
+    from aioengine.server.tools import closed_objects
+
+    schema = {"type": "object", "properties": {
+        "a": {"type": "object", "properties": {"x": {"type": "string"}}},
+        "b": {"type": "array", "items": {"properties": {"y": {}}}},
+        "c": {"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}},
+        "d": {"allOf": [{"properties": {"p": {}}}, {"properties": {"q": {}}}]},
+        "e": {"$ref": "#/$defs/E"}},
+        "$defs": {"E": {"properties": {"z": {}}}}}
+    closed = closed_objects(schema)
+    assert closed["additionalProperties"] is False
+    props = closed["properties"]
+    assert props["a"]["additionalProperties"] is False
+    assert props["b"]["items"]["additionalProperties"] is False
+    assert props["c"]["additionalProperties"] == {"type": "integer"}  # said: kept
+    assert "additionalProperties" not in props["d"]["allOf"][0]  # would conflict
+    assert closed["$defs"]["E"]["additionalProperties"] is False
+    assert "additionalProperties" not in schema  # the caller's schema is not changed

@@ -165,11 +165,11 @@ async def test_tool_history_round_trip(oai: Any, server: Any) -> None:
     assert second.choices[0].finish_reason in ("stop", "length")
 
     as_dicts = [*MESSAGES, message.model_dump(exclude_none=True), *results]
-    async with aiohttp.ClientSession() as http:
-        async with http.post(server.make_url("/tokenize"), json={
-                "messages": as_dicts, "tools": TOOLS, "return_token_strs": True}) as resp:
-            assert resp.status == 200, await resp.text()
-            body = await resp.json()
+    request = {"messages": as_dicts, "tools": TOOLS, "return_token_strs": True}
+    async with aiohttp.ClientSession() as http, \
+            http.post(server.make_url("/tokenize"), json=request) as resp:
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
     prompt = "".join(body["token_strs"])
     assert body["count"] == second.usage.prompt_tokens
     for i, call in enumerate(message.tool_calls):
