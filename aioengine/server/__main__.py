@@ -34,6 +34,7 @@ from aioengine.server.accept_log import guard_descriptors
 from aioengine.server.app import ServerSettings, create_app
 from aioengine.server.auth import API_KEY_ENV, collect_keys
 from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
+from aioengine.server.tool_parsers import parser_names
 
 logger = logging.getLogger("aioengine.serve")
 
@@ -151,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "flight with errors and exits with status 1, for a supervisor "
                            "(systemd, Kubernetes) to restart; 'keep' stays up answering 503 "
                            "(default: exit)")
+    http.add_argument("--tool-call-parser", default="hermes", choices=parser_names(),
+                      help="how tool_choice 'auto' finds the function calls in a reply: the "
+                           "model family's format (hermes: Qwen/Hermes <tool_call> JSON, also "
+                           "what templates without tools are given; llama3_json: Llama 3.x "
+                           "JSON; default: %(default)s)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     EngineConfig.add_cli_args(parser)
@@ -280,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   allowed_origins=tuple(args.allowed_origins),
                                   allowed_methods=tuple(args.allowed_methods),
                                   allowed_headers=tuple(args.allowed_headers),
-                                  allow_credentials=args.allow_credentials)
+                                  allow_credentials=args.allow_credentials,
+                                  tool_call_parser=args.tool_call_parser)
         ssl_context = tls_context(args.ssl_certfile, args.ssl_keyfile)
     except ValueError as e:
         parser.error(str(e))

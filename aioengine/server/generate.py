@@ -46,6 +46,7 @@ from aioengine.server.responses import (
     CompletionFormat,
     TokenText,
 )
+from aioengine.server.tools import ToolChatFormat, chat_inputs, plan_tools
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +68,9 @@ class GenerateHandlers:
     def __init__(self, client: Any, *, model_name: str, max_request_bytes: int,
                  default_max_tokens: int, metrics: ServerMetrics, watcher: DisconnectWatcher,
                  token_text: TokenText, tokenizer: Any,
-                 request_timeout: float | None = None) -> None:
+                 request_timeout: float | None = None, tool_call_parser: str = "hermes") -> None:
         self._client = client
+        self._tool_call_parser = tool_call_parser
         self._request_timeout = request_timeout
         self._model = model_name
         self._limit = max_request_bytes
@@ -111,15 +113,18 @@ class GenerateHandlers:
             self.check_model(req.model)
             check_messages(req.messages)
             params = chat_params(req, self._default_max_tokens)
+            plan, params = plan_tools(req, params, self._tool_call_parser)
         except ApiError:
             self._metrics.count("chat", "rejected")
             raise
-        messages = [m.as_template_dict() for m in req.messages]
+        messages, extra = chat_inputs(req.messages, plan.tools if plan else None,
+                                      self._tokenizer)
 
         def start(i: int) -> AsyncIterator[Any]:
-            return self._client.chat(messages, seeded(params, i))
+            return self._client.chat(messages, seeded(params, i), **extra)
 
-        fmt = ChatFormat(self._model, self._token_text, self._token_bytes)
+        fmt = (ChatFormat(self._model, self._token_text, self._token_bytes) if plan is None
+               else ToolChatFormat(self._model, self._token_text, self._token_bytes, plan))
         return await self._run(request, "chat", req, start, fmt, params.logprobs is not None)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -330,8 +335,8 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
                 if not text and not logprobs and finish is None:
                     continue
                 lp = logprobs if want_logprobs else None
-                await send(fmt.chunk([fmt.delta_choice(index, text, lp, finish)],
-                                     include_usage))
+                for choice in fmt.delta_choices(index, text, lp, finish):
+                    await send(fmt.chunk([choice], include_usage))
             outcome = _outcome(states)
         except EngineDeadError as e:
             outcome = "engine_dead"

@@ -27,6 +27,40 @@ class TextPart(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fiel
     text: str
 
 
+class FunctionCall(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    arguments: str  # JSON text of an object, as OpenAI sends it
+
+
+class MessageToolCall(msgspec.Struct, forbid_unknown_fields=True):
+    """One call in an assistant message's ``tool_calls`` (a history replayed to the model)."""
+
+    id: str
+    function: FunctionCall
+    type: Literal["function"] = "function"
+
+
+class FunctionDef(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema; absent: no arguments
+    strict: bool | None = None
+
+
+class ToolDef(msgspec.Struct, forbid_unknown_fields=True):
+    function: FunctionDef
+    type: Literal["function"] = "function"
+
+
+class FunctionName(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+class NamedToolChoice(msgspec.Struct, forbid_unknown_fields=True):
+    function: FunctionName
+    type: Literal["function"] = "function"
+
+
 class ChatMessage(msgspec.Struct, forbid_unknown_fields=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     # UNSET (absent) and None (null) are told apart only to say which one was sent:
@@ -34,9 +68,10 @@ class ChatMessage(msgspec.Struct, forbid_unknown_fields=True):
     content: str | Annotated[list[TextPart], Meta(min_length=1)] | UnsetType | None = UNSET
     name: str | None = None
     # An assistant's fields in OpenAI's API: null means "none" (replayed histories carry it);
-    # ``params.check_messages`` refuses a value (no tool calls, refusals or audio here).
+    # ``params.check_messages`` refuses a value (no refusals or audio here).
     refusal: str | UnsetType | None = UNSET
-    tool_calls: list[Any] | UnsetType | None = UNSET
+    tool_calls: list[MessageToolCall] | UnsetType | None = UNSET
+    tool_call_id: str | UnsetType | None = UNSET  # a 'tool' message: the call it answers
     function_call: dict[str, Any] | UnsetType | None = UNSET
     audio: dict[str, Any] | UnsetType | None = UNSET
 
@@ -84,6 +119,9 @@ class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=
     max_completion_tokens: PositiveInt | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):

@@ -117,6 +117,17 @@ class _Format(abc.ABC):
         return body
 
     @abc.abstractmethod
+    def delta_choice(self, index: int, text: str, logprobs: Logprobs | None,
+                     finish_reason: str | None) -> Json:
+        """One choice of a stream chunk."""
+
+    def delta_choices(self, index: int, text: str, logprobs: Logprobs | None,
+                      finish_reason: str | None) -> list[Json]:
+        """The stream chunks' choices for one output (one each; tool calls may need several,
+        or none while text is held back)."""
+        return [self.delta_choice(index, text, logprobs, finish_reason)]
+
+    @abc.abstractmethod
     def full_choice(self, state: ChoiceState) -> Json:
         """One choice of a non-streamed response, in this endpoint's shape."""
 
