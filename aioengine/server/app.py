@@ -71,6 +71,9 @@ class ServerSettings:
     """With ``allowed_origins``: the request headers a preflight allows."""
     allow_credentials: bool = False
     """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
+    strict_request_fields: bool = False
+    """Refuse (400) request fields the server does not use; by default they are ignored, logged
+    once per name and listed in the ``x-aioengine-ignored-fields`` response header."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
@@ -116,7 +119,8 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
         watcher=watcher, token_text=token_text, tokenizer=tokenizer,
-        request_timeout=settings.request_timeout)
+        request_timeout=settings.request_timeout,
+        strict_request_fields=settings.strict_request_fields)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
     middlewares = [error_middleware(RefusalLog())]
