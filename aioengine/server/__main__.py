@@ -122,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="abort a generation request that has not finished this many seconds "
                            "after it arrived: 504 'timeout', or an error event when streaming "
                            "(a request's own 'timeout' field can shorten it; default: none)")
+    http.add_argument("--strict-request-fields", action="store_true",
+                      help="refuse (400) request fields this server does not use; by default "
+                           "they are ignored, logged once per name and listed in the "
+                           "x-aioengine-ignored-fields response header")
     http.add_argument("--api-key", action="append", default=[], metavar="KEY",
                       help="require 'Authorization: Bearer KEY' on every route but /health and "
                            "/metrics (repeatable: any of the keys is accepted; also "
@@ -281,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   default_max_tokens=args.default_max_tokens,
                                   shutdown_grace_period=args.grace_period,
                                   request_timeout=args.request_timeout,
+                                  strict_request_fields=args.strict_request_fields,
                                   api_keys=collect_keys(args.api_key, args.api_key_file),
                                   protect_health_and_metrics=args.protect_health_and_metrics,
                                   allowed_origins=tuple(args.allowed_origins),

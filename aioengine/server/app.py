@@ -75,6 +75,9 @@ class ServerSettings:
     tool_call_parser: str = "hermes"
     """How ``tool_choice: "auto"`` finds the calls in a reply: the model family's format
     (``aioengine.server.tool_parsers``: ``hermes``/``qwen``, ``llama3_json``)."""
+    strict_request_fields: bool = False
+    """Refuse (400) request fields the server does not use; by default they are ignored, logged
+    once per name and listed in the ``x-aioengine-ignored-fields`` response header."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
@@ -121,7 +124,8 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
         watcher=watcher, token_text=token_text, tokenizer=tokenizer,
-        request_timeout=settings.request_timeout, tool_call_parser=settings.tool_call_parser)
+        request_timeout=settings.request_timeout, tool_call_parser=settings.tool_call_parser,
+        strict_request_fields=settings.strict_request_fields)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
     middlewares = [error_middleware(RefusalLog())]
