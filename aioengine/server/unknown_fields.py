@@ -7,8 +7,8 @@ top-level field (and each unknown key of ``stream_options``) is dropped, logged 
 warning level, and named in the response's ``x-aioengine-ignored-fields`` header. With
 ``--strict-request-fields`` (``ServerSettings.strict_request_fields``) they get a 400 naming
 them instead. Either way a field that asks for something this server does not do and would
-change the answer (``audio``, ``modalities`` with audio, tools when tool calling is not
-available, ``web_search_options`` ...) gets a specific 400: ignoring it would hand back a
+change the answer (``audio``, ``modalities`` with audio, tools outside chat completions or
+the legacy ``functions``, ``web_search_options`` ...) gets a specific 400: ignoring it would hand back a
 different answer than the one asked for.
 """
 
@@ -47,12 +47,16 @@ def _modalities(value: Any) -> str | None:
     return f"modalities {value!r} are not supported: this server answers with text only"
 
 
+_TOOLS_WHERE = ("tool calling is served on /v1/chat/completions with `tools` and `tool_choice` "
+                "(not the legacy `functions`/`function_call`)")
+
+
 def _tools(value: Any) -> str | None:
-    return None if not value else "tool calling is not supported by this server"
+    return None if not value else _TOOLS_WHERE
 
 
 def _tool_choice(value: Any) -> str | None:
-    return None if value in (None, "none") else "tool calling is not supported by this server"
+    return None if value in (None, "none") else _TOOLS_WHERE
 
 
 def _web_search(value: Any) -> str | None:

@@ -114,7 +114,7 @@ BAD = [
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio", "audio output is not supported"),
     ({"modalities": ["text", "audio"]}, "modalities", "text only"),
     ({"web_search_options": {}}, "web_search_options", "web search is not supported"),
-    ({"tool_choice": "required"}, "tool_choice", "tool calling is not supported"),
+    ({"functions": [{"name": "f"}]}, "functions", "served on /v1/chat/completions"),
     ({"best_of": 3}, "best_of", "best_of is not supported"),
 ]
 
@@ -162,7 +162,7 @@ async def test_unknown_fields_are_ignored_logged_once_and_listed(server, caplog)
                 listed = resp.headers[IGNORED_HEADER].split(", ")
                 await resp.read()
     assert set(listed) == {"store", "metadata", "service_tier", "prediction", "modalities",
-                           "tools", "tool_choice", "guided_decoding_backend",
+                           "guided_decoding_backend",
                            "stream_options.include_obfuscation"}
     warned = [r for r in caplog.records if r.levelname == "WARNING" and "'store'" in r.message]
     assert len(warned) <= 1  # once per name per process (an earlier test may have logged it)
