@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -149,8 +149,9 @@ class AsyncMPClient:
         # Runs if the owner forgets shutdown(): no child, file or segment outlives the host.
         self._finalizer = weakref.finalize(self, close_all_sync, engines)
         self._output_tasks = [self._loop.create_task(
-            output_loop(weakref.ref(self), e.outputs, i), name=f"aioengine-output-{i}")
-            for i, e in enumerate(engines)]
+            output_loop(r.router, r.death, weakref.WeakMethod(self._abort_soon),
+                        e.outputs), name=f"aioengine-output-{i}")
+            for i, (r, e) in enumerate(zip(replicas, engines, strict=True))]
         for r in replicas:
             r.death.watching = True  # from now on a death is declared (start() raised before)
 
@@ -165,14 +166,14 @@ class AsyncMPClient:
                 self._check_loop()  # raises
             # Its tasks died with their loop: only the processes remain.
             self._closed = self._death.quiet = True
-            self._set_dead(EngineDeadError("the client was shut down"))
+            self._death.declare(EngineDeadError("the client was shut down"))
             if self._engine is not None:
                 await asyncio.to_thread(self._finalizer)
             return
         self._closed = self._death.quiet = True
         for r in self._replicas:
             r.death.quiet = True
-        self._set_dead(EngineDeadError("the client was shut down"))
+        self._death.declare(EngineDeadError("the client was shut down"))
         tasks = [*self._output_tasks, *self._background]
         for t in tasks:
             t.cancel()
@@ -264,37 +265,37 @@ class AsyncMPClient:
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
                        request_id: str | None = None, priority: int = 0
-                       ) -> AsyncIterator[RequestOutput]:
+                       ) -> AsyncGenerator[RequestOutput, None]:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
         if isinstance(prompt, str) and len(prompt) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare, prompt, params)
+            ids, checked = await asyncio.to_thread(self.prepare, prompt, params)
         else:
-            ids, params = self.prepare(prompt, params)
+            ids, checked = self.prepare(prompt, params)
         # aclosing: closing this generator closes the inner one now (its cleanup aborts the
         # request), not whenever the loop's async-generator finalizer gets to it.
-        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+        async with aclosing(self.generate_prepared(ids, checked, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
                 yield out
 
     async def chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None = None,
                    *, request_id: str | None = None, priority: int = 0,
-                   **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
+                   **template_kwargs: Any) -> AsyncGenerator[RequestOutput, None]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
         if text_size(messages) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare_chat, messages, params,
-                                                  **template_kwargs)
+            ids, checked = await asyncio.to_thread(self.prepare_chat, messages, params,
+                                                   **template_kwargs)
         else:
-            ids, params = self.prepare_chat(messages, params, **template_kwargs)
-        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+            ids, checked = self.prepare_chat(messages, params, **template_kwargs)
+        async with aclosing(self.generate_prepared(ids, checked, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
                 yield out
 
     async def generate_prepared(self, ids: list[int], params: SamplingParams, *,
                                 request_id: str | None = None, priority: int = 0
-                                ) -> AsyncIterator[RequestOutput]:
+                                ) -> AsyncGenerator[RequestOutput, None]:
         """``generate`` for the output of ``prepare`` (batch callers check everything first)."""
         self._check_alive()
         self._check_loop()
@@ -434,14 +435,4 @@ class AsyncMPClient:
         await asyncio.sleep(0)  # let a burst of cancellations collect into one message
         pending, self._pending_aborts = self._pending_aborts, []
         await replica_calls.send_aborts(self, pending)
-
-    # ---- receiving and death (``engine_messages``, ``engine_death``) ----------------------
-    def _on_frame(self, header: memoryview, replica: int = 0) -> bool:
-        """One engine message, from ``output_loop``; False when the loop must end."""
-        return self._replicas[replica].router.on_frame(header, self._abort_soon)
-
-    def _set_dead(self, error: EngineDeadError, replica: int | None = None) -> None:
-        """Declare the engine (or one replica) dead (the first cause wins); see
-        ``EngineDeath.declare``."""
-        (self._death if replica is None else self._replicas[replica].death).declare(error)
 

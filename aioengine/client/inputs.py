@@ -41,7 +41,7 @@ def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -
             raise ValueError("prompt is empty")
         ids = tokenizer.encode(prompt)
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-        ids = list(prompt)
+        ids = [*prompt]
         vocab = tokenizer.vocab_size
         for i, t in enumerate(ids):
             if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:

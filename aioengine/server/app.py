@@ -17,8 +17,9 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
-from aioengine import EngineDeadError
+from aioengine import AsyncMPClient, EngineDeadError
 from aioengine.hub import served_model_name
 from aioengine.server.auth import api_key_middleware
 from aioengine.server.cors import enable_cors
@@ -80,7 +81,8 @@ class ServerSettings:
     once per name and listed in the ``x-aioengine-ignored-fields`` response header."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
-    generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
+    generations in flight may still run before they are aborted (``finish_reason: "abort"``);
+    ``python -m aioengine.serve`` shuts down on SIGTERM or SIGINT."""
 
     def __post_init__(self) -> None:
         if self.model_name is not None and not self.model_name:
@@ -104,7 +106,7 @@ class ServerSettings:
                 f"shutdown_grace_period must be >= 0, got {self.shutdown_grace_period!r}")
 
 
-def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
+def create_app(client: AsyncMPClient, settings: ServerSettings | None = None) -> web.Application:
     """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
     ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
     ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
@@ -128,7 +130,7 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
         strict_request_fields=settings.strict_request_fields)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
-    middlewares = [error_middleware(RefusalLog())]
+    middlewares: list[Middleware] = [error_middleware(RefusalLog())]
     if settings.allowed_hosts is not None:
         middlewares.append(allowed_hosts_middleware(settings.allowed_hosts))
     if settings.api_keys:
@@ -167,8 +169,8 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
 class _Info:
     """The read-only endpoints."""
 
-    def __init__(self, client: Any, model: str, max_model_len: int, metrics: ServerMetrics,
-                 timeout: float) -> None:
+    def __init__(self, client: AsyncMPClient, model: str, max_model_len: int,
+                 metrics: ServerMetrics, timeout: float) -> None:
         self._client = client
         self._model = model
         self._max_model_len = max_model_len

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from aioengine import EngineDeadError, EngineOverloadedError
+from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError
 from aioengine.server.body import read_body
 from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
@@ -68,7 +68,7 @@ class GenerationFailed(Exception):
 
 
 class GenerateHandlers:
-    def __init__(self, client: Any, *, model_name: str, max_request_bytes: int,
+    def __init__(self, client: AsyncMPClient, *, model_name: str, max_request_bytes: int,
                  default_max_tokens: int, metrics: ServerMetrics, watcher: DisconnectWatcher,
                  token_text: TokenText, tokenizer: Any,
                  request_timeout: float | None = None, tool_call_parser: str = "hermes",

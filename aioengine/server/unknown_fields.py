@@ -8,8 +8,8 @@ warning level, and named in the response's ``x-aioengine-ignored-fields`` header
 ``--strict-request-fields`` (``ServerSettings.strict_request_fields``) they get a 400 naming
 them instead. Either way a field that asks for something this server does not do and would
 change the answer (``audio``, ``modalities`` with audio, tools outside chat completions or
-the legacy ``functions``, ``web_search_options`` ...) gets a specific 400: ignoring it would hand back a
-different answer than the one asked for.
+the legacy ``functions``, ``web_search_options`` ...) gets a specific 400: ignoring it would
+hand back a different answer than the one asked for.
 """
 
 from __future__ import annotations

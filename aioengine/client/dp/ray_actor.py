@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from aioengine.client.launch import ENGINE_NAME
-from aioengine.engine.core_proc import TARGET as ENGINE_TARGET
+from aioengine.messages.launch import ENGINE_TARGET
 from aioengine.runtime import ChildSpec, Supervisor
 from aioengine.runtime.errors import describe_exitcode
 
@@ -32,7 +32,8 @@ class ReplicaActor:
         """(Ray node id, node IP address) of the node this actor runs on."""
         import ray  # only ever imported inside a Ray worker
 
-        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+        node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return ray.get_runtime_context().get_node_id(), node_ip
 
     def start(self, launch: bytes, timeout: float) -> dict[str, Any]:
         """Spawn the engine with its ``EngineLaunch`` and wait for READY; its payload, with the

@@ -28,8 +28,8 @@ from aioengine.client.launch import (
     close_quietly,
 )
 from aioengine.config import EngineConfig
-from aioengine.engine.core_proc import EngineLaunch
 from aioengine.hub import resolve_model
+from aioengine.messages.launch import EngineLaunch
 from aioengine.runtime.errors import EngineDeadError, EngineStartupError
 from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
 

@@ -91,7 +91,7 @@ def on_replica_dead(client: AsyncMPClient, index: int, error: EngineDeadError) -
         client._pick.forget_replica(index)
     survivors = len(live(client))
     if client.config.replica_failure == "fail" or survivors == 0:
-        client._set_dead(error)
+        client._death.declare(error)
         return
     logger.warning("%s; serving on %d of %d replicas (replica_failure='degrade')", error,
                    survivors, len(client._replicas))
