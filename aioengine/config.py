@@ -24,6 +24,9 @@ DetokenizeIn = Literal["host", "engine", "process"]
 CpuDecodeAttention = Literal["auto", "kernel", "sdpa"]
 Quantization = Literal["gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 QuantActivations = Literal["float32", "int16", "int8"]
+ReplicaFailure = Literal["fail", "degrade"]
+DistributedBackend = Literal["local", "ray"]
+DataParallelRouting = Literal["prefix", "least_loaded", "round_robin"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
 DEVICES: tuple[str, ...] = get_args(Device)
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -32,6 +35,9 @@ DETOKENIZE_IN: tuple[str, ...] = get_args(DetokenizeIn)
 CPU_DECODE_ATTENTION: tuple[str, ...] = get_args(CpuDecodeAttention)
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 QUANT_ACTIVATIONS: tuple[str, ...] = get_args(QuantActivations)
+REPLICA_FAILURE: tuple[str, ...] = get_args(ReplicaFailure)
+DISTRIBUTED_BACKENDS: tuple[str, ...] = get_args(DistributedBackend)
+DATA_PARALLEL_ROUTING: tuple[str, ...] = get_args(DataParallelRouting)
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,25 @@ class EngineConfig:
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form settings for experiments; not read by the engine itself."""
+    data_parallel_size: int = 1
+    """Engine replicas behind one client, each with its own channels and ``tensor_parallel_size``
+    workers; the client sends each request to the replica likely to hold its prompt prefix,
+    else the least loaded one (docs/scaling.md). ``num_threads`` None: the CPUs are split
+    between the replicas."""
+    replica_failure: ReplicaFailure = "fail"
+    """With ``data_parallel_size`` > 1, what a replica's death does: ``fail`` (the client is dead
+    as a whole, as with one engine) or ``degrade`` (only that replica's requests fail with
+    ``EngineDeadError``; the survivors keep serving, and stats and ``/health`` say so)."""
+    data_parallel_routing: DataParallelRouting = "prefix"
+    """How the client picks a replica: ``prefix`` (the one that last got a prompt with the
+    same leading blocks, unless it is much busier; else the least loaded), ``least_loaded``
+    (4 x waiting + running requests, as vLLM weighs them), or ``round_robin``."""
+    distributed_backend: DistributedBackend = "local"
+    """Where replicas run: ``local`` (child processes of this host) or ``ray`` (one Ray actor per
+    replica, placed by Ray on any node of the cluster; needs ``pip install aioengine[ray]``)."""
+    ray_force_tcp: bool = False
+    """With ``distributed_backend="ray"``: reach every replica over ``zmq+tcp://``, also those
+    on the host's own node (which otherwise use ``transport``)."""
 
     def __post_init__(self) -> None:
         _one_of("dtype", self.dtype, DTYPES)
@@ -135,6 +160,10 @@ class EngineConfig:
             raise ValueError(f"quantization must be None or one of {QUANTIZATIONS}, got "
                              f"{self.quantization!r}")
         _one_of("quant_activations", self.quant_activations, QUANT_ACTIVATIONS)
+        _one_of("replica_failure", self.replica_failure, REPLICA_FAILURE)
+        _one_of("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
+        _one_of("data_parallel_routing", self.data_parallel_routing, DATA_PARALLEL_ROUTING)
+        _positive("data_parallel_size", self.data_parallel_size)
         scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
         if scheme not in TRANSPORT_SCHEMES:
             raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "

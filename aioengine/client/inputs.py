@@ -28,6 +28,10 @@ def check_params(params: SamplingParams | None, vocab_size: int) -> SamplingPara
     bad = [t for t in params.stop_token_ids if t >= vocab_size]
     if bad:
         raise ValueError(f"stop_token_ids {bad} are outside the vocabulary (size {vocab_size})")
+    bad = [t for t in params.logit_bias or () if t >= vocab_size]
+    if bad:
+        raise ValueError(f"logit_bias token ids {bad} are outside the vocabulary (size "
+                         f"{vocab_size})")
     return params
 
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -47,10 +47,22 @@ class EngineReady:
             raise EngineStartupError(f"the engine's READY payload is malformed: {e}") from e
 
 
+class EngineOwner(Protocol):
+    """What the client asks of whoever holds the engine's process: a local ``Supervisor`` or,
+    for a replica on Ray, the handle of its actor."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def pid(self, name: str) -> int: ...
+
+    def shutdown(self) -> None: ...
+
+
 class EngineProcess:
     """The running engine as the client sees it: two endpoints and a supervisor."""
 
-    def __init__(self, supervisor: Supervisor, requests: AsyncWriter, outputs: AsyncReader,
+    def __init__(self, supervisor: EngineOwner, requests: AsyncWriter, outputs: AsyncReader,
                  ready: EngineReady, resolved: ResolvedModel) -> None:
         self.supervisor = supervisor
         self.requests = requests

@@ -35,6 +35,7 @@ from aioengine.server.accept_log import guard_descriptors
 from aioengine.server.app import ServerSettings, create_app
 from aioengine.server.auth import API_KEY_ENV, collect_keys
 from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
+from aioengine.server.tool_parsers import parser_names
 
 logger = logging.getLogger("aioengine.serve")
 
@@ -122,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "flight with errors and exits with status 1, for a supervisor "
                            "(systemd, Kubernetes) to restart; 'keep' stays up answering 503 "
                            "(default: exit)")
+    http.add_argument("--tool-call-parser", default="hermes", choices=parser_names(),
+                      help="how tool_choice 'auto' finds the function calls in a reply: the "
+                           "model family's format (hermes: Qwen/Hermes <tool_call> JSON, also "
+                           "what templates without tools are given; llama3_json: Llama 3.x "
+                           "JSON; default: %(default)s)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                       help="the least severe log records written to stderr (default: INFO)")
@@ -137,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 _SETTINGS_FLAGS = ("model_name", "max_request_bytes", "default_max_tokens",
                    "shutdown_grace_period", "request_timeout", "protect_health_and_metrics",
                    "allowed_hosts", "allowed_origins", "allowed_methods", "allowed_headers",
-                   "allow_credentials")
+                   "allow_credentials", "strict_request_fields")
 _SETTINGS_FLAG_NAMES = {"model_name": "--served-model-name",
                         "shutdown_grace_period": "--grace-period"}
 _SETTINGS_METAVARS = {"model_name": "NAME", "request_timeout": "SECONDS",
@@ -260,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = EngineConfig.from_cli_args(args)
         settings = ServerSettings(**values_from_args(ServerSettings, args, _SETTINGS_FLAGS),
-                                  api_keys=collect_keys(args.api_key, args.api_key_file))
+                                  api_keys=collect_keys(args.api_key, args.api_key_file),
+                                  tool_call_parser=args.tool_call_parser)
         ssl_context = tls_context(args.ssl_certfile, args.ssl_keyfile)
     except ValueError as e:
         parser.error(str(e))

@@ -31,6 +31,7 @@ from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
 from aioengine.server.openapi import openapi_document
 from aioengine.server.responses import TOKEN_CACHE
 from aioengine.server.tokenize_routes import TokenizeRoutes
+from aioengine.server.tool_parsers import get_parser
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,12 @@ class ServerSettings:
     """With ``allowed_origins``: the request headers a preflight allows."""
     allow_credentials: bool = False
     """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
+    tool_call_parser: str = "hermes"
+    """How ``tool_choice: "auto"`` finds the calls in a reply: the model family's format
+    (``aioengine.server.tool_parsers``: ``hermes``/``qwen``, ``llama3_json``)."""
+    strict_request_fields: bool = False
+    """Refuse (400) request fields the server does not use; by default they are ignored, logged
+    once per name and listed in the ``x-aioengine-ignored-fields`` response header."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``);
@@ -93,6 +100,7 @@ class ServerSettings:
             raise ValueError("api_keys must be non-empty strings")
         if self.protect_health_and_metrics and not self.api_keys:
             raise ValueError("protect_health_and_metrics needs api_keys")
+        get_parser(self.tool_call_parser)  # ValueError naming the known ones
         if not self.shutdown_grace_period >= 0:
             raise ValueError(
                 f"shutdown_grace_period must be >= 0, got {self.shutdown_grace_period!r}")
@@ -118,7 +126,8 @@ def create_app(client: AsyncMPClient, settings: ServerSettings | None = None) ->
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
         watcher=watcher, token_text=token_text, tokenizer=tokenizer,
-        request_timeout=settings.request_timeout)
+        request_timeout=settings.request_timeout, tool_call_parser=settings.tool_call_parser,
+        strict_request_fields=settings.strict_request_fields)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
     middlewares: list[Middleware] = [error_middleware(RefusalLog())]
@@ -186,6 +195,11 @@ class _Info:
 
     async def health(self, request: web.Request) -> web.Response:
         await self._ask("check_health")
+        total = self._client.config.data_parallel_size
+        alive = self._client.replicas_alive
+        if alive < total:  # replica_failure="degrade": serving, on fewer replicas
+            return _json({"status": "degraded", "replicas_alive": alive,
+                          "data_parallel_size": total})
         return _json({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:

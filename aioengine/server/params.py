@@ -18,6 +18,7 @@ _PASSTHROUGH = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                 "presence_penalty", "frequency_penalty", "seed")
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+MAX_CHOICES = 256  # prompts x n in one /v1/completions request: each is an engine request
 
 
 def sampling_params(req: SamplingFields, *, max_tokens: int,
@@ -41,36 +42,35 @@ def sampling_params(req: SamplingFields, *, max_tokens: int,
 
 def check_messages(messages: list[ChatMessage]) -> None:
     """OpenAI's rules for each role: every message needs content, except an assistant's that
-    carries tool_calls; tool messages answer such tool_calls. This server supports no
-    tool_calls, so an assistant message needs content and a tool message is refused."""
+    carries tool_calls; tool messages answer such tool_calls (``tools.check_tool_history``
+    checks those links and the calls themselves)."""
     for i, m in enumerate(messages):
-        if m.role == "tool":
-            raise ApiError(400, f"messages[{i}]: a 'tool' message answers an assistant "
-                           "message's tool_calls (by tool_call_id), and this server does not "
-                           "support tool calls", param=f"messages[{i}].role",
-                           code="unsupported_parameter")
         _check_assistant_fields(i, m)
         if m.content is None or m.content is UNSET:
+            if m.role == "assistant" and m.tool_calls:
+                continue
             sent = "missing" if m.content is UNSET else "null"
-            why = (" (only an assistant message with tool_calls may leave it out, and this "
-                   "server does not support tool calls)" if m.role == "assistant" else "")
+            why = (" (only an assistant message with tool_calls may leave it out)"
+                   if m.role == "assistant" else "")
             raise ApiError(400, f"messages[{i}]: a '{m.role}' message must have content, a "
                            f"string or a list of text parts; its content is {sent}{why}",
                            param=f"messages[{i}].content", code="missing_required_parameter")
 
 
-_ASSISTANT_FIELDS = {"tool_calls": "this server does not support tool calls",
-                     "function_call": "this server does not support tool calls",
+_ASSISTANT_FIELDS = {"tool_calls": "",
+                     "function_call": "this server takes tool_calls, not the deprecated "
+                                      "function_call",
                      "refusal": "this server does not take an assistant's refusal",
                      "audio": "this server does not take an assistant's audio"}
 
 
 def _check_assistant_fields(i: int, m: ChatMessage) -> None:
-    """Null is accepted, as OpenAI does; a value is refused, and so is the field in a message
-    of another role (OpenAI's other roles do not have it)."""
+    """Null is accepted, as OpenAI does; a value is refused (tool_calls aside), and so is the
+    field in a message of another role (OpenAI's other roles do not have it)."""
     for name, why in _ASSISTANT_FIELDS.items():
         value = getattr(m, name)
-        if value is UNSET or (value is None and m.role == "assistant"):
+        if value is UNSET or (value is None and m.role == "assistant") \
+                or (name == "tool_calls" and m.role == "assistant"):
             continue
         if m.role != "assistant":
             why = f"only an assistant message has it, not a '{m.role}' message"
@@ -101,22 +101,22 @@ def completion_params(req: CompletionRequest) -> SamplingParams:
                            logprobs=req.logprobs)
 
 
-def completion_prompt(req: CompletionRequest) -> str | list[int]:
-    """One prompt: a string, a list of token ids, or a list holding one string. Batches of
-    prompts are refused: each prompt would be its own request, and a rejected one must not
-    leave the others running in the engine."""
+def completion_prompts(req: CompletionRequest) -> list[str | list[int]]:
+    """The request's prompts, in order: a string, a list of token ids, or a batch (a list of
+    strings or of token-id lists; each prompt gets ``n`` choices)."""
     prompt = req.prompt
     if isinstance(prompt, str):
-        return prompt
+        return [prompt]
     if all(isinstance(t, int) for t in prompt):
+        return [list(prompt)]  # type: ignore[arg-type]
+    if all(isinstance(t, (str, list)) for t in prompt):
+        if len(prompt) * req.n > MAX_CHOICES:
+            raise ApiError(400, f"{len(prompt)} prompts x n={req.n} is {len(prompt) * req.n} "
+                           f"choices; at most {MAX_CHOICES} per request", param="prompt")
         return list(prompt)  # type: ignore[arg-type]
-    if len(prompt) == 1 and isinstance(prompt[0], str):
-        return prompt[0]
-    if all(isinstance(t, str) for t in prompt):
-        raise ApiError(400, f"a batch of {len(prompt)} prompts is not supported; send one "
-                       "request per prompt", param="prompt")
-    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of one "
-                   "string; got a list mixing strings and integers", param="prompt")
+    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of prompts "
+                   "(strings or token-id lists); got a list mixing token ids with prompts",
+                   param="prompt")
 
 
 def seeded(params: SamplingParams, index: int) -> SamplingParams:

@@ -14,7 +14,8 @@ from aioengine import AsyncMPClient, __version__
 from aioengine.server.body import decode, read_body
 from aioengine.server.errors import ApiError
 from aioengine.server.params import check_messages
-from aioengine.server.protocol import ChatMessage
+from aioengine.server.protocol import ChatMessage, ToolDef
+from aioengine.server.tools import chat_inputs, check_tool_history, tool_dicts
 
 _LONG = 16384  # chars: longer texts are tokenized in a thread, off the event loop
 
@@ -26,6 +27,7 @@ class TokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     add_special_tokens: bool | None = None  # default: True for a prompt, False for messages
     add_generation_prompt: bool = True
     return_token_strs: bool = False
+    tools: list[ToolDef] | None = None  # rendered into the prompt as for chat completions
 
 
 class DetokenizeRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -57,12 +59,13 @@ class TokenizeRoutes:
         tok = self._client.tokenizer
         if req.messages is not None:
             check_messages(req.messages)
-            messages = [m.as_template_dict() for m in req.messages]
+            check_tool_history(req.messages)
+            messages, extra = chat_inputs(req.messages, tool_dicts(req.tools), tok)
             size = sum(len(m["content"]) for m in messages)
 
             def work() -> list[int]:
                 text = tok.apply_chat_template(
-                    messages, add_generation_prompt=req.add_generation_prompt)
+                    messages, add_generation_prompt=req.add_generation_prompt, **extra)
                 return tok.encode(text, bool(req.add_special_tokens))
         else:
             prompt = req.prompt or ""

@@ -29,7 +29,7 @@ CASES = [
     ("/v1/chat/completions",
      {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      400, "messages[0].content[0].type", "image_url"),
-    # Each role's content rules, as OpenAI's (no tool calls here: assistants need content).
+    # Each role's content rules, as OpenAI's (an assistant with tool calls may have none).
     ("/v1/chat/completions", {"messages": [{"role": "system", "content": "s"}, {"role": "user"}]},
      400, "messages[1].content", "messages[1]: a 'user' message must have content, a string or "
      "a list of text parts; its content is missing"),
@@ -42,12 +42,12 @@ CASES = [
      "messages[0].content", "a 'developer' message must have content"),
     ("/v1/chat/completions", {"messages": [*USER, {"role": "assistant", "content": None}, *USER]},
      400, "messages[1].content", "its content is null (only an assistant message with "
-     "tool_calls may leave it out, and this server does not support tool calls)"),
+     "tool_calls may leave it out)"),
     ("/v1/chat/completions", {"messages": [*USER, {"role": "assistant", "tool_calls": []}]},
-     400, "messages[1].tool_calls", "unsupported parameter `tool_calls`"),
-    ("/v1/chat/completions", {"messages": [*USER, {"role": "tool", "content": "42"}]}, 400,
-     "messages[1].role", "messages[1]: a 'tool' message answers an assistant message's "
+     400, "messages[1].content", "its content is missing (only an assistant message with "
      "tool_calls"),
+    ("/v1/chat/completions", {"messages": [*USER, {"role": "tool", "content": "42"}]}, 400,
+     "messages[1].tool_call_id", "messages[1]: a 'tool' message needs tool_call_id"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": []}]}, 400,
      "messages[0].content", "length >= 1"),
     ("/v1/chat/completions", {"messages": USER, "temperature": 2.5}, 400, "temperature",
@@ -58,8 +58,8 @@ CASES = [
      "Expected `int | null`, got `str`"),
     ("/v1/chat/completions", {"messages": USER, "n": 17}, 400, "n", "<= 16"),
     ("/v1/chat/completions", {"messages": USER, "top_k": 0}, 400, "top_k", "top_k"),
-    ("/v1/chat/completions", {"messages": USER, "tools": []}, 400, "tools",
-     "unsupported parameter `tools`"),
+    ("/v1/chat/completions", {"messages": USER, "tools": [], "tool_choice": "required"}, 400,
+     "tools", "tools is empty"),
     ("/v1/chat/completions", {"messages": USER, "top_logprobs": 2}, 400, "top_logprobs",
      "requires logprobs"),
     ("/v1/chat/completions", {"messages": USER, "max_tokens": 4, "min_tokens": 9}, 400,
@@ -74,7 +74,9 @@ CASES = [
      "stream_options", "only allowed when stream is true"),
     ("/v1/chat/completions", {"messages": USER, "stop_token_ids": [10**9]}, 400,
      "stop_token_ids", "outside the vocabulary"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt", "batch of 2 prompts"),
+    ("/v1/completions", {"prompt": ["a", ""]}, 400, "prompt[1]", "prompt[1]: prompt is empty"),
+    ("/v1/completions", {"prompt": ["a", [1, 10**9]]}, 400, "prompt[1]", "token id at position"),
+    ("/v1/completions", {"prompt": ["a"] * 17, "n": 16}, 400, "prompt", "at most 256"),
     ("/v1/completions", {"prompt": [1, "b"]}, 400, "prompt", "mixing"),
     ("/v1/completions", {"prompt": [1, 10**9]}, 400, "prompt", "token id at position 1"),
     ("/v1/completions", {"prompt": ""}, 400, "prompt", "prompt is empty"),

@@ -1,0 +1,511 @@
+"""Tool calling on ``/v1/chat/completions``: ``tools``, ``tool_choice``, ``parallel_tool_calls``,
+tool calls in the history, and the calls in the reply (whole or streamed as deltas).
+
+How each ``tool_choice`` is served:
+
+- ``none``: the model sees the tools (through its chat template) and answers with text.
+- ``auto`` (the default with tools): the model writes freely; the server's tool-call parser
+  (``--tool-call-parser``, ``tool_parsers``) finds the calls in the model's own format.
+- ``required`` and a named function: a grammar built from the tools' parameter schemas makes
+  the reply a call whose arguments match its schema, so even a weak model returns a valid one.
+  ``required``: a JSON array of ``{"name", "arguments"}`` objects (one item unless
+  ``parallel_tool_calls``); named: the arguments object itself.
+
+A chat template that does not mention ``tools`` (SmolLM2's, the tiny model's) gets the Hermes
+format instead: the tools described in the system message, past calls written as
+``<tool_call>`` blocks and tool results as ``<tool_response>`` user turns, the format the
+``hermes`` parser reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from msgspec import UNSET
+from msgspec.structs import replace
+
+from aioengine import SamplingParams
+from aioengine.messages.sampling_params import StructuredOutputs
+from aioengine.server.errors import ApiError
+from aioengine.server.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice
+from aioengine.server.responses import (
+    ChatFormat,
+    ChoiceState,
+    Json,
+    Logprobs,
+    TokenBytes,
+    TokenText,
+)
+from aioengine.server.tool_parsers import Parsed, ParsedCall, StreamParser, get_parser
+from aioengine.structured import GrammarError, check_spec
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
+                                 "additionalProperties": False}
+
+
+@dataclass
+class ToolPlan:
+    """What one request asked of the tools: the mode, and what the template and parser need."""
+
+    mode: str  # "none" | "auto" | "required" | "named"
+    tools: list[Json]
+    parallel: bool = True
+    name: str | None = None  # the named function
+    parser_name: str = "hermes"
+    schemas: dict[str, Json] = field(default_factory=dict)
+
+    @property
+    def parses(self) -> bool:
+        return self.mode != "none"
+
+    def grammar(self) -> StructuredOutputs | None:
+        """The constraint for ``required`` and named choices; None for the others."""
+        if self.mode == "named":
+            assert self.name is not None
+            return StructuredOutputs(json=self.schemas[self.name])
+        if self.mode != "required":
+            return None
+        items = [{"type": "object",
+                  "properties": {"name": {"const": name}, "arguments": schema},
+                  "required": ["name", "arguments"], "additionalProperties": False}
+                 for name, schema in self.schemas.items()]
+        array: Json = {"type": "array", "minItems": 1,
+                       "items": items[0] if len(items) == 1 else {"anyOf": items}}
+        if not self.parallel:
+            array["maxItems"] = 1
+        return StructuredOutputs(json=array)
+
+    def stream_parser(self) -> StreamParser:
+        if self.mode == "named":
+            assert self.name is not None
+            return _NamedStream(self.name)
+        if self.mode == "required":
+            return _ArrayStream()
+        return _OnlyFirst(get_parser(self.parser_name).stream(), self.parallel)
+
+    def extract(self, text: str) -> Parsed:
+        """The reply's content and calls (whole); ``required``/named output that is not whole
+        JSON (cut by ``max_tokens``) is returned as text."""
+        if self.mode == "named":
+            assert self.name is not None
+            try:
+                json.loads(text)
+            except ValueError:
+                return Parsed(text)
+            return Parsed(calls=[ParsedCall(self.name, text)])
+        if self.mode == "required":
+            calls = _array_calls(text)
+            return Parsed(calls=calls) if calls else Parsed(text)
+        out = get_parser(self.parser_name).extract(text)
+        if out.calls and not self.parallel:
+            out.calls = out.calls[:1]
+        return out
+
+
+def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: str
+               ) -> tuple[ToolPlan | None, SamplingParams]:
+    """Check ``tools``/``tool_choice``/``parallel_tool_calls`` (400 naming the field) and the
+    tool calls in the history; return the plan (None: no tools) and the params, with the
+    grammar for ``required``/named choices."""
+    check_tool_history(req.messages)
+    if req.tools is None or (not req.tools and req.tool_choice in (None, "none")):
+        if req.tool_choice is not None and req.tool_choice != "none":
+            raise ApiError(400, "tool_choice needs tools: send the functions in `tools`",
+                           param="tool_choice", code="invalid_parameter")
+        return None, params
+    if not req.tools:
+        raise ApiError(400, "tools is empty; send at least one function, or leave tools out",
+                       param="tools", code="invalid_parameter")
+    schemas: dict[str, Json] = {}
+    tools: list[Json] = []
+    for i, tool in enumerate(req.tools):
+        fn = tool.function
+        if not _NAME.fullmatch(fn.name):
+            raise ApiError(400, f"tools[{i}].function.name must be 1 to 64 letters, digits, "
+                           f"underscores or dashes, got {fn.name!r}",
+                           param=f"tools[{i}].function.name", code="invalid_parameter")
+        if fn.name in schemas:
+            raise ApiError(400, f"tools[{i}]: a second function named {fn.name!r}; names must "
+                           "be unique", param=f"tools[{i}].function.name",
+                           code="invalid_parameter")
+        schema = fn.parameters if fn.parameters is not None else _NO_ARGUMENTS
+        try:
+            check_spec(StructuredOutputs(json=schema))
+        except (GrammarError, ValueError) as e:
+            raise ApiError(400, f"tools[{i}].function.parameters is not a usable JSON schema: "
+                           f"{e}", param=f"tools[{i}].function.parameters",
+                           code="invalid_parameter") from e
+        schemas[fn.name] = closed_objects(schema)
+        tools.append({"type": "function", "function": _function_dict(fn)})
+    choice = req.tool_choice if req.tool_choice is not None else "auto"
+    plan = ToolPlan(mode="auto", tools=tools, schemas=schemas, parser_name=parser_name,
+                    parallel=req.parallel_tool_calls is not False)
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in schemas:
+            raise ApiError(400, f"tool_choice names function {choice.function.name!r}, which "
+                           f"is not in tools ({', '.join(schemas)})",
+                           param="tool_choice.function.name", code="invalid_parameter")
+        plan.mode, plan.name = "named", choice.function.name
+    else:
+        plan.mode = choice
+    spec = plan.grammar()
+    if spec is not None:
+        if params.structured_outputs is not None:
+            raise ApiError(400, f"tool_choice {_choice_text(choice)} constrains the reply to a "
+                           "tool call; it cannot be combined with response_format or "
+                           "structured_outputs", param="tool_choice", code="invalid_parameter")
+        params = replace(params, structured_outputs=spec)
+    return plan, params
+
+
+def closed_objects(schema: Any) -> Any:
+    """``schema`` with ``additionalProperties: false`` on every object schema that lists its
+    ``properties`` and says nothing of others: a call's arguments are the declared parameters
+    (OpenAI's strict mode requires it; without it a grammar lets a weak model invent keys
+    until ``max_tokens``). ``allOf`` members are left open: closing them would conflict."""
+    if isinstance(schema, list):
+        return [closed_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions", "patternProperties"):
+            out[key] = ({k: closed_objects(v) for k, v in value.items()}
+                        if isinstance(value, dict) else value)
+        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties", "not"):
+            out[key] = closed_objects(value)
+        else:
+            out[key] = value
+    if "properties" in out and "additionalProperties" not in out \
+            and "patternProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def _choice_text(choice: Any) -> str:
+    return repr(choice) if isinstance(choice, str) else f"{{function: {choice.function.name}}}"
+
+
+def _function_dict(fn: Any) -> Json:
+    out: Json = {"name": fn.name}
+    if fn.description is not None:
+        out["description"] = fn.description
+    out["parameters"] = fn.parameters if fn.parameters is not None else _NO_ARGUMENTS
+    return out
+
+
+def check_tool_history(messages: list[ChatMessage]) -> None:
+    """Every call in an assistant's ``tool_calls`` has an id, a known-good name and arguments
+    that are a JSON object; every ``tool`` message has content and answers one of those ids;
+    ``tool_call_id`` appears only on ``tool`` messages."""
+    ids: set[str] = set()
+    for i, m in enumerate(messages):
+        if m.role == "assistant" and m.tool_calls:
+            for j, call in enumerate(m.tool_calls):
+                where = f"messages[{i}].tool_calls[{j}]"
+                if not call.id:
+                    raise ApiError(400, f"{where}.id must be a non-empty string",
+                                   param=f"{where}.id", code="invalid_parameter")
+                if not call.function.name:
+                    raise ApiError(400, f"{where}.function.name must be a non-empty string",
+                                   param=f"{where}.function.name", code="invalid_parameter")
+                _arguments_object(call.function.arguments, f"{where}.function.arguments")
+                ids.add(call.id)
+        if m.role == "tool":
+            if not isinstance(m.tool_call_id, str) or not m.tool_call_id:
+                raise ApiError(400, f"messages[{i}]: a 'tool' message needs tool_call_id, the "
+                               "id of the call it answers", param=f"messages[{i}].tool_call_id",
+                               code="missing_required_parameter")
+            if m.tool_call_id not in ids:
+                raise ApiError(400, f"messages[{i}]: tool_call_id {m.tool_call_id!r} answers no "
+                               "tool call of an earlier assistant message",
+                               param=f"messages[{i}].tool_call_id", code="invalid_parameter")
+        elif m.tool_call_id is not UNSET and m.tool_call_id is not None:
+            raise ApiError(400, f"unsupported parameter `tool_call_id` in messages[{i}]: only a "
+                           f"'tool' message has it, not a '{m.role}' message",
+                           param=f"messages[{i}].tool_call_id", code="unsupported_parameter")
+
+
+def _arguments_object(text: str, where: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ApiError(400, f"{where} must be a JSON object's text: {e}", param=where,
+                       code="invalid_parameter") from e
+    if not isinstance(value, dict):
+        raise ApiError(400, f"{where} must be a JSON object's text, got a JSON "
+                       f"{type(value).__name__}", param=where, code="invalid_parameter")
+    return value
+
+
+def template_knows_tools(source: str | None) -> bool:
+    return source is not None and "tools" in source
+
+
+def chat_inputs(messages: list[ChatMessage], tools: list[Json] | None, tokenizer: Any
+                ) -> tuple[list[Json], dict[str, Any]]:
+    """The template's messages and its extra arguments (``tools`` when it renders them)."""
+    template = getattr(tokenizer, "chat_template", None)
+    knows = template_knows_tools(getattr(template, "source", None))
+    return template_messages(messages, tools, knows), ({"tools": tools} if tools and knows
+                                                       else {})
+
+
+def tool_dicts(tools: list[Any] | None) -> list[Json] | None:
+    """``tools`` as the template sees them (no checks: /tokenize only counts them)."""
+    if not tools:
+        return None
+    return [{"type": "function", "function": _function_dict(t.function)} for t in tools]
+
+
+def template_messages(messages: list[ChatMessage], tools: list[Json] | None,
+                      knows_tools: bool) -> list[Json]:
+    """The conversation as chat-template dicts. A tool-aware template gets Hugging Face's
+    shape (``tool_calls`` with arguments as dicts, ``tool`` messages with ``tool_call_id``);
+    any other the Hermes format written into plain messages."""
+    if knows_tools:
+        return [_hf_message(m) for m in messages]
+    out: list[Json] = []
+    for m in messages:
+        d = m.as_template_dict()
+        if m.role == "assistant" and m.tool_calls:
+            blocks = [_hermes_call(c.function.name, c.function.arguments) for c in m.tool_calls]
+            d["content"] = "\n".join(([d["content"]] if d["content"] else []) + blocks)
+        elif m.role == "tool":
+            block = f"<tool_response>\n{d['content']}\n</tool_response>"
+            if out and out[-1].get("_tool_results"):
+                out[-1]["content"] += "\n" + block
+                continue
+            d = {"role": "user", "content": block, "_tool_results": True}
+        out.append(d)
+    for d in out:
+        d.pop("_tool_results", None)
+    if tools:
+        prompt = hermes_system_prompt(tools)
+        if out and out[0]["role"] in ("system", "developer"):
+            out[0]["content"] = (out[0]["content"] + "\n\n" + prompt).strip()
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def _hf_message(m: ChatMessage) -> Json:
+    d: Json = m.as_template_dict()
+    if m.role == "assistant" and m.tool_calls:
+        d["tool_calls"] = [{"id": c.id, "type": "function",
+                            "function": {"name": c.function.name,
+                                         "arguments": json.loads(c.function.arguments)}}
+                           for c in m.tool_calls]
+    if m.role == "tool":
+        d["tool_call_id"] = m.tool_call_id
+    return d
+
+
+def _hermes_call(name: str, arguments: str) -> str:
+    call = {"name": name, "arguments": json.loads(arguments)}
+    return f"<tool_call>\n{json.dumps(call, ensure_ascii=False)}\n</tool_call>"
+
+
+def hermes_system_prompt(tools: list[Json]) -> str:
+    """Qwen2.5's tool prompt (the Hermes format), for templates that do not render tools."""
+    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n"
+            f"<tools>\n{lines}\n</tools>\n\n"
+            "For each function call, return a json object with function name and arguments "
+            "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+# -- the grammar-constrained outputs --------------------------------------------------------
+
+
+def _array_calls(text: str) -> list[ParsedCall] | None:
+    try:
+        items = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(items, list):
+        return None
+    calls = [_item_call(item) for item in items]
+    return calls if calls and all(c is not None for c in calls) else None  # type: ignore
+
+
+def _item_call(item: Any) -> ParsedCall | None:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        return None
+    return ParsedCall(item["name"], json.dumps(item.get("arguments", {}), ensure_ascii=False))
+
+
+class _NamedStream(StreamParser):
+    """The reply is the arguments: passed on as it comes (the grammar makes it whole)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def feed(self, text: str) -> Parsed:
+        return Parsed(text)  # ToolChatFormat turns these into argument fragments
+
+    def finish(self) -> Parsed:
+        return Parsed()
+
+
+class _ArrayStream(StreamParser):
+    """A JSON array of calls: each item is emitted once its object closes."""
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._depth = 0
+        self._in_string = False
+        self._escape = False
+        self._item_start = -1
+        self._scanned = 0
+
+    def feed(self, text: str) -> Parsed:
+        self._buf += text
+        out = Parsed()
+        buf = self._buf
+        for pos in range(self._scanned, len(buf)):
+            ch = buf[pos]
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif ch == "\\":
+                    self._escape = True
+                elif ch == '"':
+                    self._in_string = False
+                continue
+            if ch == '"':
+                self._in_string = True
+            elif ch in "[{":
+                self._depth += 1
+                if self._depth == 2:
+                    self._item_start = pos
+            elif ch in "]}":
+                if self._depth == 2 and self._item_start >= 0:
+                    try:
+                        call = _item_call(json.loads(buf[self._item_start:pos + 1]))
+                    except ValueError:
+                        call = None
+                    if call is not None:
+                        out.add(Parsed(calls=[call]))
+                    self._item_start = -1
+                self._depth -= 1
+        self._scanned = len(buf)
+        return out
+
+    def finish(self) -> Parsed:
+        return Parsed()
+
+
+class _OnlyFirst(StreamParser):
+    """``parallel_tool_calls: false`` in auto mode: calls after the first are dropped."""
+
+    def __init__(self, inner: StreamParser, parallel: bool) -> None:
+        self._inner = inner
+        self._parallel = parallel
+        self._seen = 0
+
+    def _cut(self, out: Parsed) -> Parsed:
+        if out.calls and not self._parallel:
+            out.calls = out.calls[:max(0, 1 - self._seen)]
+        self._seen += len(out.calls or [])
+        return out
+
+    def feed(self, text: str) -> Parsed:
+        return self._cut(self._inner.feed(text))
+
+    def finish(self) -> Parsed:
+        return self._cut(self._inner.finish())
+
+
+# -- responses ---------------------------------------------------------------------------
+
+
+def call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _finish_reason(finish: str | None, has_calls: bool) -> str | None:
+    return "tool_calls" if has_calls and finish == "stop" else finish
+
+
+class ToolChatFormat(ChatFormat):
+    """``ChatFormat`` whose replies carry ``tool_calls``: whole, or as stream deltas (a call's
+    id, type and name first, then its arguments) that the openai SDK reassembles."""
+
+    def __init__(self, model: str, token_text: TokenText, token_bytes: TokenBytes,
+                 plan: ToolPlan) -> None:
+        super().__init__(model, token_text, token_bytes)
+        self.plan = plan
+        self._streams: dict[int, StreamParser] = {}
+        self._sent: dict[int, int] = {}  # choice -> calls started so far
+
+    def full_choice(self, state: ChoiceState) -> Json:
+        choice = super().full_choice(state)
+        if not self.plan.parses:
+            return choice
+        parsed = self.plan.extract(state.text)
+        message = choice["message"]
+        if parsed.calls:
+            message["content"] = parsed.content or None
+            message["tool_calls"] = [
+                {"id": call_id(), "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
+        choice["finish_reason"] = _finish_reason(state.finish_reason, bool(parsed.calls))
+        return choice
+
+    def delta_choices(self, index: int, text: str, logprobs: Logprobs | None,
+                      finish_reason: str | None) -> list[Json]:
+        if not self.plan.parses:
+            return super().delta_choices(index, text, logprobs, finish_reason)
+        parser = self._streams.get(index)
+        if parser is None:
+            parser = self._streams[index] = self.plan.stream_parser()
+            self._sent[index] = 0
+        parsed = parser.feed(text) if text else Parsed()
+        if finish_reason is not None:
+            parsed.add(parser.finish())
+        deltas: list[Json] = []
+        if isinstance(parser, _NamedStream):
+            if self._sent[index] == 0 and (parsed.content or finish_reason is not None):
+                deltas.append({"tool_calls": [self._header(0, parser.name)]})
+                self._sent[index] = 1
+            if parsed.content:
+                deltas.append({"tool_calls": [{"index": 0,
+                                               "function": {"arguments": parsed.content}}]})
+        else:
+            if parsed.content:
+                deltas.append({"content": parsed.content})
+            for call in parsed.calls or []:
+                n = self._sent[index]
+                deltas.append({"tool_calls": [self._header(n, call.name)]})
+                deltas.append({"tool_calls": [{"index": n,
+                                               "function": {"arguments": call.arguments}}]})
+                self._sent[index] = n + 1
+        lp = self.logprobs(logprobs) if logprobs is not None else None
+        choices = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None}
+                   for d in deltas]
+        if lp is not None:
+            if not choices:
+                choices.append({"index": index, "delta": {}, "logprobs": None,
+                                "finish_reason": None})
+            choices[0]["logprobs"] = lp
+        if finish_reason is not None:
+            end = _finish_reason(finish_reason, self._sent[index] > 0)
+            if choices:
+                choices[-1]["finish_reason"] = end
+            else:
+                choices.append({"index": index, "delta": {}, "logprobs": None,
+                                "finish_reason": end})
+        return choices
+
+    @staticmethod
+    def _header(n: int, name: str) -> Json:
+        return {"index": n, "id": call_id(), "type": "function",
+                "function": {"name": name, "arguments": ""}}

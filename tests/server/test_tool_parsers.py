@@ -1,0 +1,216 @@
+"""The tool-call parsers (no engine): whole replies, every way of cutting them into stream
+pieces, and the calls a chat template writes for a past assistant turn read back again."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aioengine.client.chat_template import ChatTemplate
+from aioengine.hub.tokenizer_build import CHAT_TEMPLATE as TINY_TEMPLATE
+from aioengine.server import ServerSettings
+from aioengine.server.__main__ import build_parser
+from aioengine.server.protocol import ChatMessage, FunctionCall, MessageToolCall
+from aioengine.server.tool_parsers import Parsed, ParsedCall, get_parser, parser_names
+from aioengine.server.tools import chat_inputs
+
+WEATHER = ParsedCall("get_weather", '{"city": "Paris", "days": 2}')
+ADD = ParsedCall("add", '{"a": 1, "b": 2}')
+
+
+def streamed(parser_name: str, pieces: list[str]) -> Parsed:
+    stream = get_parser(parser_name).stream()
+    out = Parsed()
+    for piece in pieces:
+        out.add(stream.feed(piece))
+    out.add(stream.finish())
+    return out
+
+
+def cuts(text: str, points: list[int]) -> list[str]:
+    points = sorted({p % (len(text) + 1) for p in points})
+    bounds = [0, *points, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+HERMES_REPLIES = [
+    # (reply, content, calls)
+    ("Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+     "\"days\": 2}}\n</tool_call>", "Sure.\n", [WEATHER]),
+    ("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}"
+     "\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n"
+     "</tool_call>", "", [WEATHER, ADD]),
+    # arguments given as JSON text, and "parameters" instead of "arguments"
+    ("<tool_call>{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 1, \\\"b\\\": 2}\"}"
+     "</tool_call>", "", [ADD]),
+    ("<tool_call>{\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}</tool_call>", "",
+     [ADD]),
+    # cut off before the closing tag (a stop string or max_tokens) but whole JSON: a call
+    ("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n", "", [ADD]),
+    # not JSON, or not a call: shown as text, tags and all
+    ("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call> ok", None),
+    ("<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
+     None),
+    ("<tool_call>{\"name\": \"add\"", "<tool_call>{\"name\": \"add\"", None),
+    ("a < b and <tool_ is not a tag", "a < b and <tool_ is not a tag", None),
+    ("plain text", "plain text", None),
+]
+
+
+@pytest.mark.parametrize(("reply", "content", "calls"), HERMES_REPLIES)
+def test_hermes_whole_reply(reply: str, content: str, calls: list[ParsedCall] | None) -> None:
+    out = get_parser("hermes").extract(reply)
+    assert (out.content, out.calls) == (content, calls)
+    assert get_parser("qwen").extract(reply) == out
+
+
+@given(st.sampled_from(HERMES_REPLIES), st.lists(st.integers(0, 500), max_size=12))
+def test_hermes_stream_equals_whole(case: tuple, points: list[int]) -> None:
+    """However the reply is cut into pieces, streaming finds the same calls, and the content
+    it lets out is the same text (whitespace aside)."""
+    reply, content, calls = case
+    out = streamed("hermes", cuts(reply, points))
+    assert out.calls == calls
+    assert out.content.strip() == content.strip()
+
+
+def test_hermes_stream_holds_back_only_a_possible_tag() -> None:
+    stream = get_parser("hermes").stream()
+    assert stream.feed("Let me check <tool").content == "Let me check "
+    assert stream.feed("box> now").content == "<toolbox> now"
+    assert stream.feed(" <tool_call>{\"name\": \"add\", ").content == " "
+    out = stream.feed("\"arguments\": {\"a\": 1, \"b\": 2}}</tool_call>")
+    assert (out.content, out.calls) == ("", [ADD])
+
+
+LLAMA_REPLIES = [
+    ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}', "", [WEATHER]),
+    ('<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": 2}}', "", [ADD]),
+    ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}; '
+     '{"name": "add", "arguments": {"a": 1, "b": 2}}', "", [WEATHER, ADD]),
+    ('{"city": "Paris"}', '{"city": "Paris"}', None),  # JSON, but not a call
+    ('{"name": "add", "parameters": {"a": 1', '{"name": "add", "parameters": {"a": 1', None),
+    ("The answer is {\"name\": 1}", "The answer is {\"name\": 1}", None),
+    ("<|python", "<|python", None),
+]
+
+
+@pytest.mark.parametrize(("reply", "content", "calls"), LLAMA_REPLIES)
+def test_llama3_json_whole_reply(reply: str, content: str, calls: list | None) -> None:
+    out = get_parser("llama3_json").extract(reply)
+    assert (out.content, out.calls) == (content, calls)
+
+
+@given(st.sampled_from(LLAMA_REPLIES), st.lists(st.integers(0, 500), max_size=12))
+def test_llama3_json_stream_equals_whole(case: tuple, points: list[int]) -> None:
+    reply, content, calls = case
+    out = streamed("llama3_json", cuts(reply, points))
+    assert (out.content, out.calls) == (content, calls)
+
+
+def test_llama3_json_text_streams_from_its_first_character() -> None:
+    stream = get_parser("llama3_json").stream()
+    assert stream.feed("  Hel").content == "  Hel"
+    assert stream.feed("lo {\"name\"").content == "lo {\"name\""
+
+
+def test_registry_and_settings_name_the_known_parsers() -> None:
+    assert {"hermes", "qwen", "llama3_json"} <= set(parser_names())
+    with pytest.raises(ValueError, match="tool_call_parser 'mistral' is not known; choose one "
+                                         "of hermes, llama3_json, qwen"):
+        get_parser("mistral")
+    with pytest.raises(ValueError, match="is not known"):
+        ServerSettings(tool_call_parser="mistral")
+    assert build_parser().parse_args(["--tool-call-parser", "llama3_json"]).tool_call_parser \
+        == "llama3_json"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--tool-call-parser", "mistral"])
+
+
+# -- what templates write for a past call, read back by the parser ---------------------------
+
+HISTORY = [
+    ChatMessage(role="user", content="Weather in Paris, and 1 + 2?"),
+    ChatMessage(role="assistant", content=None, tool_calls=[
+        MessageToolCall(id="call_1", function=FunctionCall("get_weather", WEATHER.arguments)),
+        MessageToolCall(id="call_2", function=FunctionCall("add", ADD.arguments))]),
+    ChatMessage(role="tool", content="sunny, 21 C", tool_call_id="call_1"),
+    ChatMessage(role="tool", content="3", tool_call_id="call_2"),
+]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
+
+# A tool-aware template in Hugging Face's conventions (``tools``, ``message.tool_calls`` with
+# arguments as dicts, ``tool`` messages), writing calls in the Llama 3 JSON format.
+LLAMA_STYLE_TEMPLATE = (
+    "{% if tools %}<|start|>system\nTools: {% for t in tools %}{{ t | tojson }}{% endfor %}"
+    "<|end|>\n{% endif %}"
+    "{% for m in messages %}<|start|>{{ 'ipython' if m.role == 'tool' else m.role }}\n"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}{% if not loop.first %}; {% endif %}"
+    "{{ {'name': c.function.name, 'parameters': c.function.arguments} | tojson }}{% endfor %}"
+    "{% else %}{{ m.content }}{% endif %}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant\n{% endif %}")
+
+
+class _Tok:
+    def __init__(self, source: str) -> None:
+        self.chat_template = ChatTemplate(source, bos_token="<s>")
+
+
+def _assistant_turn(prompt: str, start: str, end: str) -> str:
+    head = prompt.index(start + "assistant\n") + len(start + "assistant\n")
+    return prompt[head:prompt.index(end, head)]
+
+
+def test_tiny_template_gets_the_hermes_format_and_the_parser_reads_it_back() -> None:
+    """The tiny model's template knows no tools: the history is written in the Hermes format
+    (tools in the system turn, calls as <tool_call> blocks, results as <tool_response>)."""
+    tok = _Tok(TINY_TEMPLATE)
+    messages, extra = chat_inputs(HISTORY, TOOLS, tok)
+    assert extra == {}
+    prompt = tok.chat_template.render(messages, **extra)
+    assert prompt.startswith("<s><|im_start|>system\n# Tools")
+    assert json.dumps(TOOLS[0]) in prompt
+    assert "<|im_start|>user\n<tool_response>\nsunny, 21 C\n</tool_response>\n<tool_response>" \
+           "\n3\n</tool_response><|im_end|>" in prompt
+    turn = _assistant_turn(prompt, "<|im_start|>", "<|im_end|>")
+    out = get_parser("hermes").extract(turn)
+    assert (out.content, out.calls) == ("", [WEATHER, ADD])
+
+
+def test_tool_aware_template_gets_tools_and_hf_shaped_calls() -> None:
+    tok = _Tok(LLAMA_STYLE_TEMPLATE)
+    messages, extra = chat_inputs(HISTORY, TOOLS, tok)
+    assert extra == {"tools": TOOLS}
+    assert messages[1]["tool_calls"][0] == {"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}
+    assert messages[2] == {"role": "tool", "content": "sunny, 21 C", "tool_call_id": "call_1"}
+    prompt = tok.chat_template.render(messages, **extra)
+    assert "<|start|>ipython\nsunny, 21 C<|end|>" in prompt
+    out = get_parser("llama3_json").extract(_assistant_turn(prompt, "<|start|>", "<|end|>"))
+    assert (out.content, out.calls) == ("", [WEATHER, ADD])
+
+
+def test_tool_grammars_close_objects_that_list_their_properties() -> None:
+    from aioengine.server.tools import closed_objects
+
+    schema = {"type": "object", "properties": {
+        "a": {"type": "object", "properties": {"x": {"type": "string"}}},
+        "b": {"type": "array", "items": {"properties": {"y": {}}}},
+        "c": {"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}},
+        "d": {"allOf": [{"properties": {"p": {}}}, {"properties": {"q": {}}}]},
+        "e": {"$ref": "#/$defs/E"}},
+        "$defs": {"E": {"properties": {"z": {}}}}}
+    closed = closed_objects(schema)
+    assert closed["additionalProperties"] is False
+    props = closed["properties"]
+    assert props["a"]["additionalProperties"] is False
+    assert props["b"]["items"]["additionalProperties"] is False
+    assert props["c"]["additionalProperties"] == {"type": "integer"}  # said: kept
+    assert "additionalProperties" not in props["d"]["allOf"][0]  # would conflict
+    assert closed["$defs"]["E"]["additionalProperties"] is False
+    assert "additionalProperties" not in schema  # the caller's schema is not changed
