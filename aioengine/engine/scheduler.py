@@ -250,9 +250,10 @@ class Scheduler:
             self.generation_tokens_total += 1
             if req.first_token_time is None:
                 req.first_token_time = now
-            stopped = check_stop(req, s.token_id, self.max_model_len)
-            if req.grammar is not None and not stopped:
-                stopped = _advance_grammar(req, s.token_id)
+            # The grammar first: a token that completes the output ends it with "stop" even
+            # when it is also the last one max_tokens allows.
+            stopped = req.grammar is not None and _advance_grammar(req, s.token_id)
+            stopped = stopped or check_stop(req, s.token_id, self.max_model_len)
             if stopped:
                 self.running.remove(req)
                 self._finished_ids.append(req.request_id)
