@@ -13,6 +13,8 @@ SUITES: tuple[tuple[str, str, str], ...] = (
     ("overhead", "aioengine.bench.overhead", "batch-1 decode through the client vs a bare loop"),
     ("serve", "aioengine.bench.serve", "online latency under Poisson arrivals"),
     ("peers", "aioengine.bench.peers", "decode/prefill/serving vs llama.cpp on one GGUF file"),
+    ("structured", "aioengine.bench.structured",
+     "JSON-schema constrained decode vs unconstrained; grammar compile and mask times"),
 )
 
 
