@@ -3,7 +3,7 @@
 Why llguidance: a Rust core with no Python dependencies (xgrammar's wheel pulls torch,
 transformers and triton), and lazy: a grammar's lexer and parser states are built as decoding
 reaches them, so even a large schema "compiles" in well under a millisecond and the per-token
-mask costs tens of microseconds (see docs/structured_outputs.md for the figures on this box).
+mask costs tens of microseconds (see docs/structured-outputs.md for the figures on this box).
 
 A ``GrammarBackend`` is built once per engine from the model's ``tokenizer.json``;
 ``compile`` turns a ``StructuredOutputs`` into a ``CompiledGrammar`` (thread-safe, it drops
