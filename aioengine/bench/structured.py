@@ -168,9 +168,9 @@ def _compile(options: BenchOptions, repeats: int) -> list[Result]:
 
 # ---- per-step mask time at a 150k vocabulary ------------------------------------------------
 
-def big_tokenizer(path: str, size: int = BIG_VOCAB, seed: int = SEED) -> str:
+def big_tokenizer(path: str, out_dir: str, size: int = BIG_VOCAB, seed: int = SEED) -> str:
     """A tokenizer.json with ``size`` tokens: the model's, padded with tokens that join two of
-    its tokens (what BPE merges make). Written to a temporary file; returns its path."""
+    its tokens (what BPE merges make). Written into ``out_dir``; returns its path."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     vocab: dict[str, int] = doc["model"]["vocab"]
@@ -183,7 +183,7 @@ def big_tokenizer(path: str, size: int = BIG_VOCAB, seed: int = SEED) -> str:
         if token not in vocab:
             vocab[token] = next_id
             next_id += 1
-    out = os.path.join(tempfile.mkdtemp(prefix="aioengine-bench-"), "tokenizer.json")
+    out = os.path.join(out_dir, "tokenizer.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(doc, f)
     return out
@@ -191,12 +191,13 @@ def big_tokenizer(path: str, size: int = BIG_VOCAB, seed: int = SEED) -> str:
 
 def _masks(options: BenchOptions, steps: int) -> list[Result]:
     path, _, eos = _tokenizer_of(options.model)
-    big = big_tokenizer(path)
     results: list[Result] = []
-    if options.wants("mask_150k"):
-        results += _llguidance_masks(big, eos, steps)
-    if options.wants("xgrammar_150k"):
-        results += _xgrammar(big, eos, steps)
+    with tempfile.TemporaryDirectory(prefix="aioengine-bench-") as tmp:
+        big = big_tokenizer(path, tmp)
+        if options.wants("mask_150k"):
+            results += _llguidance_masks(big, eos, steps)
+        if options.wants("xgrammar_150k"):
+            results += _xgrammar(big, eos, steps)
     return results
 
 
