@@ -174,5 +174,7 @@ def test_input_checks(bbpe_dir: str) -> None:
         check_params(p, 100)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         check_params(SamplingParams(stop_token_ids=[100]), 100)
+    with pytest.raises(ValueError, match=r"logit_bias token ids \[100\] are outside the vocab"):
+        check_params(SamplingParams(logit_bias={5: 1.0, 100: -100.0}), 100)
     with pytest.raises(ValueError, match="must be a SamplingParams"):
         check_params({"max_tokens": 3}, 100)  # type: ignore[arg-type]
