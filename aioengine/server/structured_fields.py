@@ -10,13 +10,11 @@ Three ways to ask for a constraint, at most one per request:
   "choice" | "grammar": ...}``.
 * vLLM's older ``guided_json`` / ``guided_regex`` / ``guided_choice`` / ``guided_grammar``.
 
-The constraint is compiled once here with ``check_spec`` (no tokenizer needed), so a schema,
+The constraint is checked here with ``check_spec`` (no tokenizer needed), so a schema,
 regex or grammar that does not compile is a 400 before the engine sees the request.
 """
 
 from __future__ import annotations
-
-from collections import OrderedDict
 
 from msgspec.structs import replace
 
@@ -24,13 +22,10 @@ from aioengine import SamplingParams
 from aioengine.messages.sampling_params import StructuredOutputs
 from aioengine.server.errors import ApiError
 from aioengine.server.protocol import JsonSchemaFormat, SamplingFields, StructuredOutputsField
-from aioengine.structured import GrammarError, check_spec, spec_key
+from aioengine.structured import spec_error
 
 _KINDS = ("json", "json_object", "regex", "choice", "grammar")
-# Checked constraints (key -> the error, "" when fine): clients send the same schema again and
-# again, and a check costs ~0.5 ms of the event loop for a 20-field schema.
-_CHECKED: OrderedDict[str, str] = OrderedDict()
-_CHECKED_SIZE = 256
+
 _GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
            "guided_grammar": "grammar"}
 
@@ -101,27 +96,10 @@ def _build(fields: dict, param: str) -> StructuredOutputs:
         spec = StructuredOutputs(**fields)
     except ValueError as e:
         raise ApiError(400, f"{param}: {e}", param=param, code="invalid_parameter") from e
-    error = _check(spec)
+    error = spec_error(spec)  # check_spec, remembered
     if error:
         raise ApiError(400, f"{param}: {error}", param=param, code="invalid_parameter")
     return spec
-
-
-def _check(spec: StructuredOutputs) -> str:
-    key = spec_key(spec)
-    error = _CHECKED.get(key)
-    if error is None:
-        try:
-            check_spec(spec)
-            error = ""
-        except GrammarError as e:
-            error = str(e)
-        _CHECKED[key] = error
-        if len(_CHECKED) > _CHECKED_SIZE:
-            _CHECKED.popitem(last=False)
-    else:
-        _CHECKED.move_to_end(key)
-    return error
 
 
 def logit_bias(req: SamplingFields, vocab_size: int) -> dict[int, float] | None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -102,6 +104,33 @@ def check_spec(spec: StructuredOutputs) -> None:
     message = llguidance.LLMatcher.validate_grammar(grammar_text(spec))
     if message:
         raise GrammarError(f"invalid {_WHAT[spec.kind]}: {message}")
+
+
+_CHECKED: OrderedDict[str, str] = OrderedDict()
+_CHECKED_SIZE = 256
+_checked_lock = threading.Lock()
+
+
+def spec_error(spec: StructuredOutputs) -> str | None:
+    """``check_spec``'s message for ``spec`` (None: it compiles), remembered by key for the
+    last 256 constraints: clients send the same schema again and again, and a check costs
+    ~0.5 ms for a 20-field schema."""
+    key = spec_key(spec)
+    with _checked_lock:
+        error = _CHECKED.get(key)
+        if error is not None:
+            _CHECKED.move_to_end(key)
+            return error or None
+    try:
+        check_spec(spec)
+        error = ""
+    except GrammarError as e:
+        error = str(e)
+    with _checked_lock:
+        _CHECKED[key] = error
+        while len(_CHECKED) > _CHECKED_SIZE:
+            _CHECKED.popitem(last=False)
+    return error or None
 
 
 class CompiledGrammar:
