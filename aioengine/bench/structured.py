@@ -5,7 +5,8 @@ Rows:
 - ``unconstrained`` (the baseline) and ``json_schema``: decode tokens per second through
   ``AsyncMPClient`` at batch 1 and 16, the same requests (prompt, seeds, length) with and
   without a 20-field JSON schema, alternating A/B and B/A in one run; ``vs_unconstrained`` is the
-  median of each constrained batch's rate over its neighbouring unconstrained batch's.
+  median of each constrained batch's rate over its neighbouring unconstrained batch's. The
+  ``_mp`` rows: the same with the mp executor (steps scheduled ahead when unconstrained).
 - ``compile_20_fields``: grammar compile time of a 20-field schema, cold (a new schema each
   time) and cached (the same schema again), through the engine's ``GrammarManager``.
 - ``mask_150k``: llguidance's per-step mask time at batch 1 and 32 with a 150k vocabulary (the
@@ -57,7 +58,9 @@ def run(options: BenchOptions) -> list[Result]:
     results: list[Result] = []
     repeats = 3 if options.quick else 8
     if options.wants(BASELINE) or options.wants("json_schema"):
-        results += asyncio.run(_decode(options, repeats))
+        results += asyncio.run(_decode(options, repeats, "uniproc"))
+    if options.wants(BASELINE + "_mp") or options.wants("json_schema_mp"):
+        results += asyncio.run(_decode(options, repeats, "mp"))
     if options.wants("compile_20_fields"):
         results += _compile(options, 10 if options.quick else 40)
     if options.wants("mask_150k") or options.wants("xgrammar_150k"):
@@ -67,7 +70,10 @@ def run(options: BenchOptions) -> list[Result]:
 
 # ---- decode with and without the constraint -------------------------------------------------
 
-async def _decode(options: BenchOptions, repeats: int) -> list[Result]:
+async def _decode(options: BenchOptions, repeats: int, executor: str) -> list[Result]:
+    """``executor="mp"``: the worker in its own process, where the engine schedules each step
+    ahead of the one in flight, except while a constrained request runs (its mask needs the
+    token being sampled): the ``_mp`` rows price that too."""
     from aioengine import AsyncMPClient, EngineConfig, SamplingParams, StructuredOutputs
 
     space = TokenSpace.of_model(options.model)
@@ -75,7 +81,8 @@ async def _decode(options: BenchOptions, repeats: int) -> list[Result]:
     prompts = [space.draw(rng, PROMPT_LEN) for _ in range(16)]
     spec = StructuredOutputs(json=schema_20())
     config = EngineConfig(model=options.model, max_model_len=PROMPT_LEN + 4 * NEW_TOKENS,
-                          max_num_seqs=16, num_threads=options.threads)
+                          max_num_seqs=16, num_threads=options.threads, executor=executor)
+    suffix = "" if executor == "uniproc" else f"_{executor}"
 
     def params(i: int, constrained: bool) -> SamplingParams:
         if constrained:
@@ -113,17 +120,17 @@ async def _decode(options: BenchOptions, repeats: int) -> list[Result]:
                     order = (False, True) if r % 2 == 0 else (True, False)
                     got = {}
                     for constrained in order:
-                        bar.label(f"{'json_schema' if constrained else BASELINE} b{b}")
+                        bar.label(f"{'json_schema' if constrained else BASELINE}{suffix} b{b}")
                         got[constrained] = await batch(client, b, constrained)
                         bar.advance()
                     for constrained, rate in got.items():
-                        name = "json_schema" if constrained else BASELINE
+                        name = ("json_schema" if constrained else BASELINE) + suffix
                         rates.setdefault((name, b), []).append(rate)
                     ratios[b].append(got[True] / got[False])
     results = [Result(SUITE, name, f"decode_tok_s_b{b}", statistics.median(v), "tok/s",
                       samples=tuple(v)) for (name, b), v in rates.items()]
-    results += [Result(SUITE, "json_schema", f"vs_unconstrained_b{b}", statistics.median(v),
-                       "x", samples=tuple(v)) for b, v in ratios.items()]
+    results += [Result(SUITE, "json_schema" + suffix, f"vs_unconstrained_b{b}",
+                       statistics.median(v), "x", samples=tuple(v)) for b, v in ratios.items()]
     return results
 
 
