@@ -14,6 +14,8 @@ SUITES: tuple[tuple[str, str, str], ...] = (
     ("serve", "aioengine.bench.serve", "online latency under Poisson arrivals"),
     ("peers", "aioengine.bench.peers", "decode/prefill/serving vs llama.cpp on one GGUF file"),
     ("scale", "aioengine.bench.scale", "data-parallel replicas vs one engine; prefix routing"),
+    ("structured", "aioengine.bench.structured",
+     "JSON-schema constrained decode vs unconstrained; grammar compile and mask times"),
 )
 
 

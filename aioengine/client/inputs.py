@@ -28,6 +28,12 @@ def check_params(params: SamplingParams | None, vocab_size: int) -> SamplingPara
     bad = [t for t in params.stop_token_ids if t >= vocab_size]
     if bad:
         raise ValueError(f"stop_token_ids {bad} are outside the vocabulary (size {vocab_size})")
+    if params.structured_outputs is not None:
+        from aioengine.structured import spec_error  # llguidance, only when asked for
+
+        error = spec_error(params.structured_outputs)
+        if error:
+            raise ValueError(f"structured_outputs: {error}")
     bad = [t for t in params.logit_bias or () if t >= vocab_size]
     if bad:
         raise ValueError(f"logit_bias token ids {bad} are outside the vocabulary (size "

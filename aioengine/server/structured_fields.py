@@ -10,7 +10,7 @@ Three ways to ask for a constraint, at most one per request:
   "choice" | "grammar": ...}``.
 * vLLM's older ``guided_json`` / ``guided_regex`` / ``guided_choice`` / ``guided_grammar``.
 
-The constraint is compiled once here with ``check_spec`` (no tokenizer needed), so a schema,
+The constraint is checked here with ``check_spec`` (no tokenizer needed), so a schema,
 regex or grammar that does not compile is a 400 before the engine sees the request.
 """
 
@@ -22,9 +22,10 @@ from aioengine import SamplingParams
 from aioengine.messages.sampling_params import StructuredOutputs
 from aioengine.server.errors import ApiError
 from aioengine.server.protocol import JsonSchemaFormat, SamplingFields, StructuredOutputsField
-from aioengine.structured import GrammarError, check_spec
+from aioengine.structured import spec_error
 
 _KINDS = ("json", "json_object", "regex", "choice", "grammar")
+
 _GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
            "guided_grammar": "grammar"}
 
@@ -95,10 +96,9 @@ def _build(fields: dict, param: str) -> StructuredOutputs:
         spec = StructuredOutputs(**fields)
     except ValueError as e:
         raise ApiError(400, f"{param}: {e}", param=param, code="invalid_parameter") from e
-    try:
-        check_spec(spec)
-    except GrammarError as e:
-        raise ApiError(400, f"{param}: {e}", param=param, code="invalid_parameter") from e
+    error = spec_error(spec)  # check_spec, remembered
+    if error:
+        raise ApiError(400, f"{param}: {error}", param=param, code="invalid_parameter")
     return spec
 
 

@@ -11,8 +11,9 @@ from aioengine.structured.backend import (
     GrammarError,
     GrammarMatcher,
     check_spec,
+    spec_error,
     spec_key,
 )
 
 __all__ = ["CompiledGrammar", "GrammarBackend", "GrammarError", "GrammarMatcher",
-           "check_spec", "spec_key"]
+           "check_spec", "spec_error", "spec_key"]

@@ -15,7 +15,7 @@ from aioengine.client.inputs import (
 from aioengine.client.request_state import RequestState
 from aioengine.client.stop import StopStrings
 from aioengine.client.tokenizer import Tokenizer as ClientTokenizer
-from aioengine.messages import RequestDelta, SamplingParams, TokenLogprob
+from aioengine.messages import RequestDelta, SamplingParams, StructuredOutputs, TokenLogprob
 from tests.client.tokenizer_fixtures import MULTILINGUAL, write_tokenizer_dir
 
 # ---- chat templates -------------------------------------------------------------------------
@@ -174,5 +174,14 @@ def test_input_checks(bbpe_dir: str) -> None:
         check_params(p, 100)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         check_params(SamplingParams(stop_token_ids=[100]), 100)
+    with pytest.raises(ValueError, match=r"logit_bias token ids \[100\] are outside the vocab"):
+        check_params(SamplingParams(logit_bias={5: 1.0, 100: -100.0}), 100)
+    # A constraint that does not compile is refused before it is sent (check_spec, remembered).
+    bad = SamplingParams(structured_outputs=StructuredOutputs(regex="(ab"))
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"(?s)^structured_outputs: invalid regex.*unclosed"):
+            check_params(bad, 100)
+    good = SamplingParams(structured_outputs=StructuredOutputs(choice=["a", "b"]))
+    assert check_params(good, 100) is good
     with pytest.raises(ValueError, match="must be a SamplingParams"):
         check_params({"max_tokens": 3}, 100)  # type: ignore[arg-type]

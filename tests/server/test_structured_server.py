@@ -238,3 +238,14 @@ async def test_openai_sdk_parse_with_a_pydantic_model(oai):
         assert choice.finish_reason == "stop", choice
         assert isinstance(choice.message.parsed, Person), choice
         Person.model_validate_json(choice.message.content)
+
+
+async def test_litellm_response_format_with_a_pydantic_model(server, monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch from the network
+    import litellm
+
+    reply = await litellm.acompletion(
+        model="openai/tiny", api_base=str(server.make_url("/v1")), api_key="unused",
+        messages=USER, response_format=Person, max_tokens=150, temperature=0)
+    assert reply.choices[0].finish_reason == "stop"
+    Person.model_validate_json(reply.choices[0].message.content)
