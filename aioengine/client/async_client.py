@@ -28,6 +28,7 @@ from aioengine.client.inputs import (
     check_params,
     check_priority,
     check_request_id,
+    check_text_fits,
     prompt_token_ids,
     text_size,
 )
@@ -236,7 +237,10 @@ class AsyncMPClient:
                      **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
         """``prepare`` for a conversation: apply the chat template, then check and tokenize."""
         self._check_alive()
-        return self.prepare(self.tokenizer.encode_chat(messages, **template_kwargs), params)
+        tok = self.tokenizer
+        text = tok.apply_chat_template(messages, **template_kwargs)  # as encode_chat does
+        check_text_fits(tok, text, self.max_model_len)  # before the costly part
+        return self.prepare(tok.encode(text, add_special_tokens=False), params)
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
                        request_id: str | None = None, priority: int = 0
