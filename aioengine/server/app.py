@@ -97,7 +97,8 @@ class ServerSettings:
 
 
 def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
-    """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
+    """The API over an entered ``AsyncMPClient`` (or a ``ClientSlot`` holding one, to swap in
+    another client for the same config while it runs). Routes: ``POST /v1/chat/completions``,
     ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
     ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
@@ -195,7 +196,9 @@ class _Info:
         return web.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _ask(self, method: str) -> Any:
-        """Call a client utility; a dead or silent engine is a 503."""
+        """Call a client utility; a dead, restarting or silent engine is a 503."""
+        if getattr(self._client, "restarting", False):  # a ClientSlot between two engines
+            raise ApiError(503, "the engine is restarting", code="engine_restarting")
         if self._client.is_dead:
             raise ApiError(503, "the engine is dead", code="engine_dead")
         try:
