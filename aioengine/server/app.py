@@ -21,6 +21,7 @@ from aiohttp import web
 from aioengine import EngineDeadError
 from aioengine.hub import served_model_name
 from aioengine.server.auth import api_key_middleware
+from aioengine.server.client_slot import ClientSlot
 from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_middleware
@@ -126,6 +127,8 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     if settings.api_keys:
         middlewares.append(api_key_middleware(settings.api_keys,
                                               settings.protect_health_and_metrics))
+    if isinstance(client, ClientSlot):
+        middlewares.append(_restarting_middleware(client))
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_request_bytes)
     app.router.add_post("/v1/chat/completions", gen.chat)
     app.router.add_post("/v1/completions", gen.completions)
@@ -154,6 +157,24 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
     app.on_shutdown.append(drain)
     app.on_cleanup.append(close_watcher)
     return app
+
+
+_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+def _restarting_middleware(slot: ClientSlot) -> Any:
+    """While the slot's engine is restarting, generation requests get 503 ``engine_restarting``
+    with ``Retry-After`` (a load balancer or client retries them) instead of ``engine_dead``."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        if slot.restarting and request.method == "POST" \
+                and request.path.endswith(_GENERATION_PATHS):
+            raise ApiError(503, "the engine is restarting; retry shortly",
+                           code="engine_restarting", headers={"Retry-After": "1"})
+        return await handler(request)
+
+    return middleware
 
 
 class _Info:
@@ -188,6 +209,7 @@ class _Info:
         return _json({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
+        self._metrics.engine.restarts = getattr(self._client, "restarts", 0)
         try:
             self._metrics.engine.stats = await self._ask("get_stats")
             self._metrics.engine.up = True

@@ -49,8 +49,14 @@ def test_engine_killed_is_restarted_in_process():
         t0 = time.monotonic()
         seen: list[tuple[int, str | None]] = []
 
+        refused: list[tuple[int, str, str | None]] = []
+
         def back() -> bool:
             seen.append(_health(s, srv.url))
+            if seen[-1] == (503, "engine_restarting") and len(refused) < 3:
+                r = s.post(srv.url + "/v1/completions", json={"prompt": "x"}, timeout=30)
+                refused.append((r.status_code, r.json()["error"]["code"],
+                                r.headers.get("Retry-After")))
             return seen[-1][0] == 200
 
         wait_for(back, 120, "/health 200 after the restart")
@@ -63,6 +69,14 @@ def test_engine_killed_is_restarted_in_process():
         r = s.post(srv.url + "/v1/chat/completions", timeout=60, json={
             "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
         assert r.status_code == 200, r.text
+        # Generation requests meanwhile: 503 engine_restarting with Retry-After (engine_dead
+        # only in the moment between the death and the restart's start).
+        assert refused and all(r in ((503, "engine_restarting", "1"), (503, "engine_dead", None))
+                               for r in refused), refused
+        assert (503, "engine_restarting", "1") in refused, refused
+        metrics = s.get(srv.url + "/metrics", timeout=10).text
+        assert 'aioengine_engine_restarts_total{model="tiny"} 1.0' in metrics
+        assert 'aioengine_engine_up{model="tiny"} 1.0' in metrics
         assert "restarting it in 1.0 s (restart 1 of at most 5" in srv.output()
         assert "the engine is back" in srv.output()
         srv.descendants = psutil.Process(srv.proc.pid).children(recursive=True)
@@ -81,3 +95,17 @@ def test_restarts_in_a_row_are_capped():
         assert "after 1 restart(s) in a row: giving up" in srv.output()
         srv.descendants = descendants
         srv.assert_no_leftovers()
+
+
+def test_sigterm_while_restarting_stops_cleanly():
+    with ServerProcess("--on-engine-death", "restart") as srv:
+        s = requests.Session()
+        old = _kill_engine_during_a_stream(srv, s)
+        wait_for(lambda: _health(s, srv.url) == (503, "engine_restarting"), 60,
+                 "the restart to begin")
+        time.sleep(1.5)  # past the 1 s backoff: the new engine is starting
+        srv.descendants = psutil.Process(srv.proc.pid).children(recursive=True)
+        assert any(p.name().startswith("aioengine-") for p in srv.descendants)
+        assert srv.terminate() == 0, srv.output()  # asserts none of them is left
+        _, alive = psutil.wait_procs(old, timeout=10)
+        assert not alive and "server stopped" in srv.output()
