@@ -13,6 +13,7 @@ import collections
 import json
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import requests
@@ -127,3 +128,22 @@ def test_tiny_divisors_are_refused_not_fatal(server, field, value):
     body[field] = 1e-6  # the smallest allowed samples, on the engine, without harm
     response = session.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
     assert response.status_code == 200, response.text
+
+
+def test_the_docs_page_renders_every_route_and_field():
+    """docs/api.md is filled from the same document at build time (scripts/mkdocs_openapi.py)."""
+    from aioengine.server.openapi import openapi_document, openapi_markdown
+    from scripts.mkdocs_openapi import MARKER
+
+    doc = openapi_document(False)
+    text = openapi_markdown(doc)
+    for path, item in doc["paths"].items():
+        for method in item:
+            assert f"### `{method.upper()} {path}`" in text
+    for name, schema in doc["components"]["schemas"].items():
+        assert f"### {name}" in text
+        for field in schema.get("properties", {}):
+            assert f"| `{field}` |" in text, (name, field)
+    root = Path(__file__).resolve().parents[2]
+    assert MARKER in (root / "docs" / "api.md").read_text(encoding="utf-8")
+    assert "scripts/mkdocs_openapi.py" in (root / "mkdocs.yml").read_text(encoding="utf-8")
