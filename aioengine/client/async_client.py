@@ -37,7 +37,7 @@ from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
 from aioengine.client.request_stream import RequestStream
-from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer
+from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer, run_long_text
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import (
     AbortRequests,
@@ -248,7 +248,7 @@ class AsyncMPClient:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
         if isinstance(prompt, str) and len(prompt) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare, prompt, params)
+            ids, params = await run_long_text(self.prepare, prompt, params)
         else:
             ids, params = self.prepare(prompt, params)
         # aclosing: closing this generator closes the inner one now (its cleanup aborts the
@@ -263,8 +263,8 @@ class AsyncMPClient:
                    **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
         if text_size(messages) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare_chat, messages, params,
-                                                  **template_kwargs)
+            ids, params = await run_long_text(self.prepare_chat, messages, params,
+                                              **template_kwargs)
         else:
             ids, params = self.prepare_chat(messages, params, **template_kwargs)
         async with aclosing(self.generate_prepared(ids, params, request_id=request_id,

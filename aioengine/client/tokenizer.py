@@ -3,14 +3,17 @@ torch), plus the special tokens and chat template from ``tokenizer_config.json``
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import functools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders
@@ -48,6 +51,25 @@ LONG_TEXT_CHARS = 16384
 # 3.9 MB messages and never came back. malloc_trim costs ~0.1 s after a 1.2 MB text (~10% of
 # tokenizing it), in the thread that tokenized.
 TRIM_AFTER_CHARS = 1 << 18
+# Long texts are templated and tokenized in this many threads of their own, not the loop's
+# default executor (up to 32 threads): one 3.9 MB text peaks near 1 GB in the tokenizer, and
+# six at once took a server to 6.2 GB. More wait their turn (off the event loop).
+LONG_TEXT_WORKERS = 2
+
+_T = TypeVar("_T")
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+async def run_long_text(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` in the long-text pool (``LONG_TEXT_WORKERS`` threads), awaited
+    from the event loop."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(LONG_TEXT_WORKERS, thread_name_prefix="aioengine-text")
+    return await asyncio.get_running_loop().run_in_executor(
+        _pool, functools.partial(fn, *args, **kwargs))
 
 # Safe for a lower bound on the token count (see ``Tokenizer.max_token_bytes``): pre-tokenizers
 # that split text or map it byte for byte but drop nothing (Whitespace and BertPreTokenizer drop

@@ -3,7 +3,6 @@ response shapes (its OpenAI server's extra routes), so tools written for it work
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import msgspec
@@ -11,6 +10,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from aioengine import __version__
+from aioengine.client.tokenizer import run_long_text
 from aioengine.server.body import decode, read_body
 from aioengine.server.errors import ApiError
 from aioengine.server.params import check_messages
@@ -78,7 +78,7 @@ class TokenizeRoutes:
                                         "max_model_len": self._client.max_model_len,
                                         "tokens": ids, "token_strs": strs})
         try:
-            body = await asyncio.to_thread(answer) if size > _LONG else answer()
+            body = await run_long_text(answer) if size > _LONG else answer()
         except ValueError as e:  # e.g. a tokenizer without a chat template
             raise ApiError(400, str(e), param="messages", code="invalid_parameter") from e
         return web.Response(body=body, content_type="application/json")
