@@ -147,3 +147,39 @@ def test_the_docs_page_renders_every_route_and_field():
     root = Path(__file__).resolve().parents[2]
     assert MARKER in (root / "docs" / "api.md").read_text(encoding="utf-8")
     assert "scripts/mkdocs_openapi.py" in (root / "mkdocs.yml").read_text(encoding="utf-8")
+
+
+def test_fuzz_with_api_keys_every_route_needs_one():
+    """With --api-key: without a key every route but /health and /metrics answers 401
+    invalid_api_key (OpenAI-shaped); with it, the same fuzz gets no 5xx."""
+    with ServerProcess("--api-key", "sekrit", "--default-max-tokens", "4") as srv:
+        key = {"Authorization": "Bearer sekrit"}
+        assert requests.get(f"{srv.url}/openapi.json", timeout=10).status_code == 401
+        doc = requests.get(f"{srv.url}/openapi.json", headers=key, timeout=10).json()
+        assert doc["security"] == [{"bearer": []}]
+        operations = [r.ok() for r in schemathesis.openapi.from_dict(doc).get_all_operations()]
+        session = requests.Session()
+        strategy = st.one_of([op.as_strategy() for op in operations])
+        statuses: collections.Counter[tuple[str, int, str | None]] = collections.Counter()
+
+        @settings(max_examples=10 * len(operations), deadline=timedelta(seconds=30),
+                  database=None, derandomize=True, phases=("explicit", "generate"),
+                  suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def fuzz(case) -> None:
+            for headers in ({"Authorization": "Bearer wrong"}, key):
+                case.headers = {**(case.headers or {}), **headers}
+                response = case.call(base_url=srv.url, session=session, timeout=30)
+                _check_response(case, response)
+                if headers is not key:
+                    code = (response.json()["error"]["code"] if response.status_code >= 400
+                            else None)
+                    statuses[(case.path, response.status_code, code)] += 1
+
+        fuzz()
+        for (path, status, code) in statuses:
+            if path in ("/health", "/metrics"):
+                assert status == 200
+            else:
+                assert (status, code) == (401, "invalid_api_key"), (path, status, code)
+        assert srv.terminate() == 0
