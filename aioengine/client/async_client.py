@@ -25,10 +25,10 @@ from aioengine.client.engine_death import EngineDeath
 from aioengine.client.engine_messages import EngineMessageRouter
 from aioengine.client.inputs import (
     Prompt,
+    chat_token_ids,
     check_params,
     check_priority,
     check_request_id,
-    check_text_fits,
     prompt_token_ids,
     text_size,
 )
@@ -237,10 +237,8 @@ class AsyncMPClient:
                      **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
         """``prepare`` for a conversation: apply the chat template, then check and tokenize."""
         self._check_alive()
-        tok = self.tokenizer
-        text = tok.apply_chat_template(messages, **template_kwargs)  # as encode_chat does
-        check_text_fits(tok, text, self.max_model_len)  # before the costly part
-        return self.prepare(tok.encode(text, add_special_tokens=False), params)
+        return self.prepare(chat_token_ids(self.tokenizer, messages, self.max_model_len,
+                                           **template_kwargs), params)
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
                        request_id: str | None = None, priority: int = 0

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, normalizers, pre_tokenizers
 
-from aioengine.client.inputs import check_text_fits
+from aioengine.client.inputs import chat_token_ids, check_text_fits
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.hub import resolve_model
 from tests.client.tokenizer_fixtures import MULTILINGUAL, byte_level_bpe, metaspace_bpe
@@ -76,3 +76,11 @@ def test_no_bound_for_other_models_or_whitespace_eating_tokens():
     spec = json.loads(byte_level_bpe().to_str())
     spec["added_tokens"][0]["lstrip"] = True  # swallows the spaces before it
     assert Tokenizer(HFTokenizer.from_str(json.dumps(spec))).max_token_bytes is None
+
+
+def test_a_conversation_is_bounded_after_templating(tiny):
+    big = [{"role": "user", "content": "ab " * 100_000}]
+    with pytest.raises(ValueError, match=r"prompt has at least \d+ tokens"):
+        chat_token_ids(tiny, big, 512)
+    small = [{"role": "user", "content": "hello"}]
+    assert chat_token_ids(tiny, small, 512) == tiny.encode_chat(small)
