@@ -12,13 +12,19 @@ from typing import Any
 
 
 class ClientSlot:
+    """Holds the client ``create_app`` serves; every other attribute is the current
+    client's."""
+
     def __init__(self, client: Any) -> None:
         self._client = client
         self.restarting = False
+        """True between an engine's death and its successor's start."""
         self.restarts = 0
+        """Clients swapped in so far."""
 
     @property
     def current(self) -> Any:
+        """The client served now."""
         return self._client
 
     def swap(self, client: Any) -> None:
