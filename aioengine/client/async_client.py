@@ -34,6 +34,7 @@ from aioengine.client.dp.router import PrefixRouter
 from aioengine.client.engine_death import EngineDeath
 from aioengine.client.inputs import (
     Prompt,
+    chat_token_ids,
     check_params,
     check_priority,
     check_request_id,
@@ -45,7 +46,7 @@ from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
 from aioengine.client.request_stream import RequestStream
-from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer
+from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer, run_long_text
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import (
     AbortRequests,
@@ -261,7 +262,8 @@ class AsyncMPClient:
                      **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
         """``prepare`` for a conversation: apply the chat template, then check and tokenize."""
         self._check_alive()
-        return self.prepare(self.tokenizer.encode_chat(messages, **template_kwargs), params)
+        return self.prepare(chat_token_ids(self.tokenizer, messages, self.max_model_len,
+                                           **template_kwargs), params)
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
                        request_id: str | None = None, priority: int = 0
@@ -269,7 +271,7 @@ class AsyncMPClient:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
         if isinstance(prompt, str) and len(prompt) > INLINE_TEXT_CHARS:
-            ids, checked = await asyncio.to_thread(self.prepare, prompt, params)
+            ids, checked = await run_long_text(self.prepare, prompt, params)
         else:
             ids, checked = self.prepare(prompt, params)
         # aclosing: closing this generator closes the inner one now (its cleanup aborts the
@@ -284,8 +286,8 @@ class AsyncMPClient:
                    **template_kwargs: Any) -> AsyncGenerator[RequestOutput, None]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
         if text_size(messages) > INLINE_TEXT_CHARS:
-            ids, checked = await asyncio.to_thread(self.prepare_chat, messages, params,
-                                                   **template_kwargs)
+            ids, checked = await run_long_text(self.prepare_chat, messages, params,
+                                              **template_kwargs)
         else:
             ids, checked = self.prepare_chat(messages, params, **template_kwargs)
         async with aclosing(self.generate_prepared(ids, checked, request_id=request_id,

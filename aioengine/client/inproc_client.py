@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from aioengine.client.chat_template import ChatMessage
-from aioengine.client.inputs import Prompt, check_params, prompt_token_ids
+from aioengine.client.inputs import Prompt, chat_token_ids, check_params, prompt_token_ids
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
 from aioengine.client.tokenizer import Tokenizer
@@ -56,7 +56,8 @@ class InprocClient:
 
     def prepare_chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None,
                      **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
-        return self.prepare(self._tokenizer.encode_chat(messages, **template_kwargs), params)
+        return self.prepare(chat_token_ids(self._tokenizer, messages, self.max_model_len,
+                                           **template_kwargs), params)
 
     def _add(self, ids: list[int], params: SamplingParams) -> RequestState:
         rid, now = uuid.uuid4().hex, time.time()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from aioengine.client.chat_template import ChatMessage
 from aioengine.client.tokenizer import Tokenizer
@@ -41,10 +42,30 @@ def check_params(params: SamplingParams | None, vocab_size: int) -> SamplingPara
     return params
 
 
+def check_text_fits(tokenizer: Tokenizer, text: str, max_model_len: int) -> None:
+    """Refuse, before tokenizing it, a text that has more tokens than the context for sure
+    (``Tokenizer.min_tokens``): a 3.9 MB message cost seconds of tokenizer time and ~500 MB
+    only to be refused afterwards."""
+    floor = tokenizer.min_tokens(text)
+    if floor > max_model_len:
+        raise ValueError(f"prompt has at least {floor} tokens ({len(text)} characters), longer "
+                         f"than the model's context (max_model_len={max_model_len})")
+
+
+def chat_token_ids(tokenizer: Tokenizer, messages: Sequence[ChatMessage], max_model_len: int,
+                   **template_kwargs: Any) -> list[int]:
+    """``Tokenizer.encode_chat``, refusing a conversation that cannot fit before tokenizing
+    it (the rendered text: a template may trim or drop parts of the messages)."""
+    text = tokenizer.apply_chat_template(messages, **template_kwargs)
+    check_text_fits(tokenizer, text, max_model_len)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
 def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -> list[int]:
     if isinstance(prompt, str):
         if not prompt:
             raise ValueError("prompt is empty")
+        check_text_fits(tokenizer, prompt, max_model_len)
         ids = tokenizer.encode(prompt)
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
         ids = [*prompt]

@@ -3,11 +3,17 @@ torch), plus the special tokens and chat template from ``tokenizer_config.json``
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import ctypes.util
+import functools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders
@@ -39,6 +45,88 @@ def _token_text(value: Any) -> str | None:
 # Texts longer than this are tokenized so that other threads run meanwhile (``encode``), and
 # ``AsyncMPClient`` templates and tokenizes them in a worker thread, off its event loop.
 LONG_TEXT_CHARS = 16384
+# After tokenizing a text longer than this, freed memory is handed back to the system: the
+# tokenizer's allocations for one long text (~180 bytes a token: ids, offsets, masks, token
+# strings) stayed in glibc's per-thread arenas: a server went from 89 MB to 1.2 GB after eight
+# 3.9 MB messages and never came back. malloc_trim costs ~0.1 s after a 1.2 MB text (~10% of
+# tokenizing it), in the thread that tokenized.
+TRIM_AFTER_CHARS = 1 << 18
+# Long texts are templated and tokenized in this many threads of their own, not the loop's
+# default executor (up to 32 threads): one 3.9 MB text peaks near 1 GB in the tokenizer, and
+# six at once took a server to 6.2 GB. More wait their turn (off the event loop).
+LONG_TEXT_WORKERS = 2
+
+_T = TypeVar("_T")
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+async def run_long_text(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` in the long-text pool (``LONG_TEXT_WORKERS`` threads), awaited
+    from the event loop."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(LONG_TEXT_WORKERS, thread_name_prefix="aioengine-text")
+    return await asyncio.get_running_loop().run_in_executor(
+        _pool, functools.partial(fn, *args, **kwargs))
+
+# Safe for a lower bound on the token count (see ``Tokenizer.max_token_bytes``): pre-tokenizers
+# that split text or map it byte for byte but drop nothing (Whitespace and BertPreTokenizer drop
+# spaces, CharDelimiterSplit its delimiter), and normalizers that never shorten text.
+_KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "Split",
+                           "Sequence", "UnicodeScripts"}
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows): nothing to do
+        return None
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by the process's allocator back to the system (glibc's
+    ``malloc_trim``, every arena); a no-op elsewhere."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+def _keeps_text(normalizer: Any, pre_tokenizer: Any) -> tuple[bool, bool]:
+    """(nothing in the text is deleted or shortened before the model sees it, byte-level)."""
+    byte_level = False
+
+    def normalizer_ok(n: Any) -> bool:
+        if n is None:
+            return True
+        kind = n.get("type")
+        if kind == "Sequence":
+            return all(normalizer_ok(x) for x in n.get("normalizers", []))
+        if kind == "Prepend":
+            return True
+        if kind == "Replace":  # a literal pattern replaced by no fewer bytes
+            pattern, content = n.get("pattern", {}), n.get("content", "")
+            return (isinstance(pattern, dict) and "String" in pattern
+                    and len(content.encode()) >= len(pattern["String"].encode()))
+        return False
+
+    def pre_ok(p: Any) -> bool:
+        nonlocal byte_level
+        if p is None:
+            return True
+        kind = p.get("type")
+        if kind not in _KEEPING_PRE_TOKENIZERS:
+            return False
+        if kind == "ByteLevel":
+            byte_level = True
+        if kind == "Sequence":
+            return all(pre_ok(x) for x in p.get("pretokenizers", []))
+        return str(p.get("behavior", "")).lower() != "removed"  # Split, Punctuation
+
+    return normalizer_ok(normalizer) and pre_ok(pre_tokenizer), byte_level
 
 
 class Tokenizer:
@@ -77,6 +165,35 @@ class Tokenizer:
                 config["chat_template"] = f.read()
         return cls(hf, config, path)
 
+    @functools.cached_property
+    def max_token_bytes(self) -> int | None:
+        """The most bytes of UTF-8 text one token can stand for, when that makes
+        ``bytes / max_token_bytes`` a lower bound on a text's token count: a BPE model that
+        can spell every byte (byte-level, or byte fallback), a normalizer and pre-tokenizer
+        that delete nothing, no added token that swallows the whitespace around it. None
+        otherwise (the count is then only known by tokenizing). Computed once."""
+        spec = json.loads(self.hf.to_str())
+        model = spec.get("model") or {}
+        keeps, byte_level = _keeps_text(spec.get("normalizer"), spec.get("pre_tokenizer"))
+        if model.get("type") != "BPE" or not keeps \
+                or not (byte_level or model.get("byte_fallback")):
+            return None
+        added = spec.get("added_tokens") or []
+        if any(t.get("lstrip") or t.get("rstrip") for t in added):
+            return None
+        # A byte-level piece spells one byte per character; otherwise count its UTF-8 bytes
+        # (more than it stands for: '▁' is 3 bytes for a space, '<0x41>' 6 for one byte).
+        vocab = model.get("vocab") or {}
+        longest = max((len(p) if byte_level else len(p.encode()) for p in vocab), default=0)
+        longest = max([longest, *(len(t.get("content", "").encode()) for t in added)])
+        return longest or None
+
+    def min_tokens(self, text: str) -> int:
+        """At least this many tokens come from ``text`` (0 when no bound is known): cheap, for
+        refusing a text that cannot fit before tokenizing it."""
+        most = self.max_token_bytes
+        return 0 if most is None else -(-len(text.encode("utf-8", "surrogatepass")) // most)
+
     def _id_of(self, token: str | None) -> int | None:
         return None if token is None else self.hf.token_to_id(token)
 
@@ -87,7 +204,10 @@ class Tokenizer:
             # tokenizers' encode holds the GIL throughout when the text contains special
             # tokens (every chat prompt does): 8.6 s for a 7.8 MB message, every other thread
             # of the host stopped. encode_batch releases it, gives the same ids, costs the same.
-            return self.hf.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+            ids = self.hf.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+            if len(text) > TRIM_AFTER_CHARS:
+                release_freed_memory()  # the encoding above is freed by now
+            return ids
         return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:

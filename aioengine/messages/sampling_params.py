@@ -60,6 +60,12 @@ class StructuredOutputs(msgspec.Struct, kw_only=True, omit_defaults=True):
                     if getattr(self, n) is not None)
 
 
+# The sampler divides float32 logits by temperature and repetition_penalty: below this they
+# overflow to inf (5e-324 is 0 in float32), the probabilities turn NaN and the draw falls off
+# the vocabulary, which killed the engine for every request (found by fuzzing the server).
+MIN_DIVISOR = 1e-6
+
+
 class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     """How to pick tokens for one request. Every field is validated on construction with a
     ``ValueError`` that names the field, so a bad request never reaches the engine."""
@@ -67,7 +73,7 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     max_tokens: int = 16
     """Most tokens to generate (at least 1); the request ends with ``length`` there."""
     temperature: float = 1.0
-    """0 is greedy (argmax); higher flattens the distribution. In [0, 100]."""
+    """0 is greedy (argmax); higher flattens the distribution. 0 or in [1e-6, 100]."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches this."""
     top_k: int = -1  # -1: no top-k cut
@@ -75,7 +81,7 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
     min_p: float = 0.0
     """Drop tokens less likely than ``min_p`` times the most likely one."""
     repetition_penalty: float = 1.0
-    """Above 1 discourages tokens already in the prompt or output (1 is off)."""
+    """Above 1 discourages tokens already in the prompt or output (1 is off). In [1e-6, 100]."""
     presence_penalty: float = 0.0
     """Subtracted from the logit of every token already generated, in [-2, 2]."""
     frequency_penalty: float = 0.0
@@ -112,13 +118,16 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
             self.stop = [self.stop]
         _check_int("max_tokens", self.max_tokens, low=1, high=INT64_MAX)
         _check_float("temperature", self.temperature, low=0.0, high=100.0)
+        if 0.0 < self.temperature < MIN_DIVISOR:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_DIVISOR}, got "
+                             f"{self.temperature}")
         _check_float("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
         _check_int("top_k", self.top_k, low=-1, high=INT64_MAX)
         if self.top_k == 0:
             raise ValueError("top_k must be -1 (disabled) or at least 1, got 0")
         _check_float("min_p", self.min_p, low=0.0, high=1.0)
-        _check_float("repetition_penalty", self.repetition_penalty, low=0.0, high=100.0,
-                     low_open=True)
+        _check_float("repetition_penalty", self.repetition_penalty, low=MIN_DIVISOR,
+                     high=100.0)
         _check_float("presence_penalty", self.presence_penalty, low=-2.0, high=2.0)
         _check_float("frequency_penalty", self.frequency_penalty, low=-2.0, high=2.0)
         if self.seed is not None:

@@ -2,5 +2,6 @@
 ``python -m aioengine.serve`` to run one."""
 
 from aioengine.server.app import ServerSettings, create_app
+from aioengine.server.client_slot import ClientSlot
 
-__all__ = ["ServerSettings", "create_app"]
+__all__ = ["ClientSlot", "ServerSettings", "create_app"]

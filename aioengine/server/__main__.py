@@ -23,6 +23,7 @@ import signal
 import socket
 import ssl
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,7 +35,9 @@ from aioengine.hub import served_model_name
 from aioengine.server.accept_log import guard_descriptors
 from aioengine.server.app import ServerSettings, create_app
 from aioengine.server.auth import API_KEY_ENV, collect_keys
+from aioengine.server.client_slot import ClientSlot
 from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
+from aioengine.server.restart import EngineDied, Restarter
 from aioengine.server.tool_parsers import parser_names
 
 logger = logging.getLogger("aioengine.serve")
@@ -45,10 +48,6 @@ _BACKLOG = 128
 
 class BindError(Exception):
     """The listening socket could not be opened (a port taken, an address not ours)."""
-
-
-class EngineDied(Exception):
-    """The engine died while serving and the policy is to exit (``--on-engine-death exit``)."""
 
 
 class StoppedBySignal(Exception):
@@ -118,16 +117,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="serve HTTPS with this certificate chain (PEM); needs --ssl-keyfile")
     http.add_argument("--ssl-keyfile", default=None, metavar="PATH",
                       help="the private key of --ssl-certfile (PEM)")
-    http.add_argument("--on-engine-death", choices=("exit", "keep"), default="exit",
+    http.add_argument("--on-engine-death", choices=("exit", "restart", "keep"),
+                      default="exit",
                       help="when the engine dies while serving: 'exit' ends the streams in "
                            "flight with errors and exits with status 1, for a supervisor "
-                           "(systemd, Kubernetes) to restart; 'keep' stays up answering 503 "
-                           "(default: exit)")
+                           "(systemd, Kubernetes) to restart; 'restart' ends them the same "
+                           "way and starts a new engine in this process after a backoff "
+                           "(1, 2, 4, ... 30 s; /health answers 503 meanwhile); 'keep' stays "
+                           "up answering 503 (default: exit)")
     http.add_argument("--tool-call-parser", default="hermes", choices=parser_names(),
                       help="how tool_choice 'auto' finds the function calls in a reply: the "
                            "model family's format (hermes: Qwen/Hermes <tool_call> JSON, also "
                            "what templates without tools are given; llama3_json: Llama 3.x "
                            "JSON; default: %(default)s)")
+    http.add_argument("--max-engine-restarts", type=int, default=5, metavar="N",
+                      help="with --on-engine-death restart: after N restarts in a row (an "
+                           "engine up for a minute ends the streak) exit with status 1 "
+                           "(default: %(default)s)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                       help="the least severe log records written to stderr (default: INFO)")
@@ -170,9 +176,11 @@ def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | N
 
 async def serve(config: EngineConfig, settings: ServerSettings, socks: list[socket.socket],
                 grace_period: float, ssl_context: ssl.SSLContext | None = None,
-                on_engine_death: str = "exit", idle_timeout: float = 15.0) -> None:
+                on_engine_death: str = "exit", idle_timeout: float = 15.0,
+                max_engine_restarts: int = 5, restart_backoff: float = 1.0) -> None:
     """Start the engine, then serve HTTP on ``socks`` (from ``bind_listeners``) until a
-    signal, or until the engine dies when ``on_engine_death`` is ``exit`` (``EngineDied``);
+    signal, or until the engine dies when ``on_engine_death`` is ``exit`` (``EngineDied``;
+    with ``restart``: once ``max_engine_restarts`` restarts in a row did not keep it up);
     the sockets are closed on every way out."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -199,13 +207,16 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        async with AsyncMPClient(config) as client:
-            # The app drains its generations itself (ServerSettings.shutdown_grace_period);
-            # aiohttp's own wait is a backstop for the rest, and it reads 0 as "no limit".
-            # keepalive_timeout also closes a connection that has not sent a whole request's
-            # headers by then (aiohttp starts it at accept): half-sent requests (slowloris)
-            # were held for as long as their client liked.
-            runner = web.AppRunner(create_app(client, settings),
+        async with AsyncMPClient(config) as first:
+            # The app reads the client through the slot: --on-engine-death restart swaps a
+            # fresh engine's client in. The app drains its generations itself
+            # (ServerSettings.shutdown_grace_period); aiohttp's own wait is a backstop for the
+            # rest, and it reads 0 as "no limit". keepalive_timeout also closes a connection
+            # that has not sent a whole request's headers by then (aiohttp starts it at
+            # accept): half-sent requests (slowloris) were held for as long as their client
+            # liked.
+            slot = ClientSlot(first)
+            runner = web.AppRunner(create_app(slot, settings),
                                    shutdown_timeout=max(grace_period, 1.0), access_log=None,
                                    keepalive_timeout=idle_timeout)
             await runner.setup()
@@ -217,9 +228,12 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
                                                      "https" if ssl_context else "http")),
                             settings.model_name or served_model_name(config.model))
                 serving = True
-                await _until_stopped(client, stop, on_engine_death)
+                await _until_stopped(slot, stop, on_engine_death,
+                                     Restarter(config, max_engine_restarts, restart_backoff))
             finally:
                 await runner.cleanup()
+                if slot.current is not first:
+                    await slot.current.shutdown()
         logger.info("server stopped")
     except asyncio.CancelledError:
         if cancelled_by:
@@ -234,26 +248,35 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
             sock.close()
 
 
-async def _until_stopped(client: AsyncMPClient, stop: asyncio.Event, on_engine_death: str
-                         ) -> None:
+async def _until_stopped(slot: ClientSlot, stop: asyncio.Event, on_engine_death: str,
+                         restarter: Restarter) -> None:
     """Until a signal sets ``stop``; or until the engine dies, with the ``exit`` policy: its
-    streams have ended with errors by then, and the cleanup that follows stops accepting."""
-    death = asyncio.ensure_future(client.wait_dead())
-    stopped = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({death, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        death.cancel()
-        stopped.cancel()
-    if stop.is_set() or not death.done() or death.cancelled():
+    streams have ended with errors by then, and the cleanup that follows stops accepting.
+    With ``restart``: a fresh engine, as often as ``restarter`` allows."""
+    while True:
+        up_since = time.monotonic()
+        death = asyncio.ensure_future(slot.current.wait_dead())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({death, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            death.cancel()
+            stopped.cancel()
+        if stop.is_set() or not death.done() or death.cancelled():
+            return
+        if on_engine_death == "restart":
+            if not await restarter.restart(slot, stop, death.result(),
+                                           time.monotonic() - up_since):
+                return
+            continue
+        if on_engine_death == "exit":
+            logger.error("the engine died (%s): exiting with status 1 so that a supervisor "
+                         "restarts the server", death.result())
+            raise EngineDied(str(death.result()))
+        logger.error("the engine died (%s): answering 503 until stopped "
+                     "(--on-engine-death keep)", death.result())
+        await stop.wait()
         return
-    if on_engine_death == "exit":
-        logger.error("the engine died (%s): exiting with status 1 so that a supervisor "
-                     "restarts the server", death.result())
-        raise EngineDied(str(death.result()))
-    logger.error("the engine died (%s): answering 503 until stopped (--on-engine-death keep)",
-                 death.result())
-    await stop.wait()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -261,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.shutdown_grace_period >= 0:
         parser.error(f"--grace-period must be >= 0, got {args.shutdown_grace_period}")
+    if args.max_engine_restarts < 0:
+        parser.error(f"--max-engine-restarts must be >= 0, got {args.max_engine_restarts}")
     if not args.idle_timeout > 0:
         parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
     try:
@@ -285,7 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_HOSTS)
     try:
         asyncio.run(serve(config, settings, socks, args.shutdown_grace_period, ssl_context,
-                          args.on_engine_death, args.idle_timeout))
+                          args.on_engine_death, args.idle_timeout,
+                          args.max_engine_restarts))
     except StoppedBySignal as e:
         return 128 + e.signum
     except EngineDied:

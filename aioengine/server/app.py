@@ -13,15 +13,16 @@ import asyncio
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import web
-from aiohttp.typedefs import Middleware
+from aiohttp.typedefs import Handler, Middleware
 
 from aioengine import AsyncMPClient, EngineDeadError
 from aioengine.hub import served_model_name
 from aioengine.server.auth import api_key_middleware
+from aioengine.server.client_slot import ClientSlot
 from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_middleware
@@ -106,11 +107,16 @@ class ServerSettings:
                 f"shutdown_grace_period must be >= 0, got {self.shutdown_grace_period!r}")
 
 
-def create_app(client: AsyncMPClient, settings: ServerSettings | None = None) -> web.Application:
-    """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
+def create_app(client: AsyncMPClient | ClientSlot,
+               settings: ServerSettings | None = None) -> web.Application:
+    """The API over an entered ``AsyncMPClient`` (or a ``ClientSlot`` holding one, to swap in
+    another client for the same config while it runs). Routes: ``POST /v1/chat/completions``,
     ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
     ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
+    if isinstance(client, ClientSlot):
+        # The handlers read the slot as a client: it forwards every attribute to the current one.
+        client = cast(AsyncMPClient, client)
     config = client.config
     model = settings.model_name or served_model_name(config.model)
     max_model_len = client.max_model_len
@@ -136,6 +142,8 @@ def create_app(client: AsyncMPClient, settings: ServerSettings | None = None) ->
     if settings.api_keys:
         middlewares.append(api_key_middleware(settings.api_keys,
                                               settings.protect_health_and_metrics))
+    if isinstance(client, ClientSlot):
+        middlewares.append(_restarting_middleware(client))
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_request_bytes)
     app.router.add_post("/v1/chat/completions", gen.chat)
     app.router.add_post("/v1/completions", gen.completions)
@@ -164,6 +172,24 @@ def create_app(client: AsyncMPClient, settings: ServerSettings | None = None) ->
     app.on_shutdown.append(drain)
     app.on_cleanup.append(close_watcher)
     return app
+
+
+_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+def _restarting_middleware(slot: ClientSlot) -> Any:
+    """While the slot's engine is restarting, generation requests get 503 ``engine_restarting``
+    with ``Retry-After`` (a load balancer or client retries them) instead of ``engine_dead``."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if slot.restarting and request.method == "POST" \
+                and request.path.endswith(_GENERATION_PATHS):
+            raise ApiError(503, "the engine is restarting; retry shortly",
+                           code="engine_restarting", headers={"Retry-After": "1"})
+        return await handler(request)
+
+    return middleware
 
 
 class _Info:
@@ -203,6 +229,7 @@ class _Info:
         return _json({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
+        self._metrics.engine.restarts = getattr(self._client, "restarts", 0)
         try:
             self._metrics.engine.stats = await self._ask("get_stats")
             self._metrics.engine.up = True
@@ -211,7 +238,9 @@ class _Info:
         return web.Response(body=self._metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _ask(self, method: str) -> Any:
-        """Call a client utility; a dead or silent engine is a 503."""
+        """Call a client utility; a dead, restarting or silent engine is a 503."""
+        if getattr(self._client, "restarting", False):  # a ClientSlot between two engines
+            raise ApiError(503, "the engine is restarting", code="engine_restarting")
         if self._client.is_dead:
             raise ApiError(503, "the engine is dead", code="engine_dead")
         try:

@@ -31,6 +31,7 @@ class EngineStatsCollector(Collector):
         self._model = model
         self.stats: EngineStats | None = None
         self.up = True
+        self.restarts = 0  # engines started after the first (--on-engine-death restart)
 
     def collect(self) -> Iterator[Metric]:
         labels = ["model"]
@@ -48,6 +49,8 @@ class EngineStatsCollector(Collector):
 
         yield gauge("engine_up", "1 while the engine answers, 0 once it is dead",
                     1.0 if self.up else 0.0)
+        yield counter("engine_restarts", "Engines started in this process after the first one "
+                      "died (--on-engine-death restart)", self.restarts)
         s = self.stats
         if s is None:
             return

@@ -54,3 +54,56 @@ def openapi_document(api_keys: bool) -> dict[str, Any]:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         doc["security"] = [{"bearer": []}]
     return doc
+
+
+def _type(schema: dict[str, Any]) -> str:
+    """A short human form of a JSON Schema type: ``integer ≥ 1``, ``string | null``."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return f"[{name}](#{name.lower()})"
+    if "anyOf" in schema:
+        return " \\| ".join(_type(s) for s in schema["anyOf"])
+    if "enum" in schema:
+        return " \\| ".join(f"`{v!r}`".replace("'", '"') for v in schema["enum"])
+    if "const" in schema:
+        return f"`\"{schema['const']}\"`"
+    kind = schema.get("type", "any")
+    if kind == "array":
+        kind = f"array of {_type(schema.get('items', {}))}"
+    bounds = [f"{sign} {schema[key]}" for key, sign in (
+        ("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
+        ("exclusiveMaximum", "<"), ("minLength", "length ≥"), ("maxLength", "length ≤"),
+        ("minItems", "items ≥"), ("maxItems", "items ≤")) if key in schema]
+    return kind + (f" ({', '.join(bounds)})" if bounds else "")
+
+
+def _fields(schema: dict[str, Any]) -> list[str]:
+    required = set(schema.get("required", []))
+    rows = ["| field | type | default |", "|---|---|---|"]
+    for name, prop in schema.get("properties", {}).items():
+        default = "required" if name in required else (
+            f"`{msgspec.json.encode(prop['default']).decode()}`" if "default" in prop else "")
+        rows.append(f"| `{name}` | {_type(prop)} | {default} |")
+    return rows
+
+
+def openapi_markdown(doc: dict[str, Any] | None = None) -> str:
+    """The OpenAPI document as Markdown (the docs' HTTP API page is built from it): every
+    route, and every request schema's fields with their types, bounds and defaults."""
+    doc = doc or openapi_document(False)
+    lines = []
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            lines += [f"### `{method.upper()} {path}`", "", op["summary"] + ".", ""]
+            body = op.get("requestBody")
+            if body:
+                ref = body["content"]["application/json"]["schema"]
+                lines += [f"Body: {_type(ref)}.", ""]
+    lines += ["## Schemas", ""]
+    for name, schema in doc["components"]["schemas"].items():
+        lines += [f"### {name}", ""]
+        if "properties" in schema:
+            lines += [*_fields(schema), ""]
+        else:
+            lines += [f"One of: {_type(schema)}.", ""]
+    return "\n".join(lines)

@@ -127,7 +127,7 @@ class SamplingFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     top_p: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Meta(ge=-1)] | None = None
     min_p: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None
-    repetition_penalty: Annotated[float, Meta(gt=0.0, le=100.0)] | None = None
+    repetition_penalty: Annotated[float, Meta(ge=1e-6, le=100.0)] | None = None  # as SamplingParams
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     seed: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None = None

@@ -3,7 +3,6 @@ response shapes (its OpenAI server's extra routes), so tools written for it work
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Any
 
 import msgspec
@@ -11,6 +10,7 @@ from aiohttp import web
 from msgspec import Meta
 
 from aioengine import AsyncMPClient, __version__
+from aioengine.client.tokenizer import run_long_text
 from aioengine.server.body import decode, read_body
 from aioengine.server.errors import ApiError
 from aioengine.server.params import check_messages
@@ -73,15 +73,18 @@ class TokenizeRoutes:
 
             def work() -> list[int]:
                 return tok.encode(prompt, req.add_special_tokens is not False)
+        def answer() -> bytes:  # a decode per token for token_strs: off the loop too
+            ids = work()
+            strs = ([tok.decode([i], skip_special_tokens=False) for i in ids]
+                    if req.return_token_strs else None)
+            return msgspec.json.encode({"count": len(ids),
+                                        "max_model_len": self._client.max_model_len,
+                                        "tokens": ids, "token_strs": strs})
         try:
-            ids = await asyncio.to_thread(work) if size > _LONG else work()
+            body = await run_long_text(answer) if size > _LONG else answer()
         except ValueError as e:  # e.g. a tokenizer without a chat template
             raise ApiError(400, str(e), param="messages", code="invalid_parameter") from e
-        body: dict[str, Any] = {"count": len(ids), "max_model_len": self._client.max_model_len,
-                                "tokens": ids, "token_strs": None}
-        if req.return_token_strs:
-            body["token_strs"] = [tok.decode([i], skip_special_tokens=False) for i in ids]
-        return web.json_response(body, dumps=lambda o: msgspec.json.encode(o).decode())
+        return web.Response(body=body, content_type="application/json")
 
     async def detokenize(self, request: web.Request) -> web.Response:
         req = decode(_DETOKENIZE, await read_body(request, self._limit))

@@ -1,5 +1,5 @@
-"""A huge prompt is tokenized off the event loop: the server keeps answering while it works,
-then refuses the prompt as too long for the context."""
+"""Huge prompts: one that cannot fit the context is refused before it is tokenized; a long text
+that must be tokenized is tokenized off the event loop, so the server keeps answering."""
 
 from __future__ import annotations
 
@@ -28,7 +28,11 @@ async def _health_gaps(url: str, stop: asyncio.Event) -> list[float]:
     return [b - a for a, b in itertools.pairwise(answered)]
 
 
-async def test_huge_chat_message_does_not_stall_the_server(engine):
+async def test_huge_chat_message_is_refused_before_tokenizing(engine):
+    """A message that cannot fit the context (bytes / the tokenizer's longest token > the
+    context) is refused without being tokenized: tokenizing this one took ~7 s of tokenizer
+    time and ~1 GB; /health keeps answering throughout."""
+    assert engine.tokenizer.max_token_bytes is not None  # tiny's byte-level BPE: a bound
     srv = TestServer(create_app(engine, ServerSettings(max_request_bytes=16 << 20)),
                      host="127.0.0.1")
     await srv.start_server()
@@ -41,12 +45,39 @@ async def test_huge_chat_message_does_not_stall_the_server(engine):
         async with aiohttp.ClientSession() as s, \
                 s.post(srv.make_url("/v1/chat/completions"), json=body) as resp:
             assert resp.status == 400
-            assert "longer than the model's context" in (await resp.json())["error"]["message"]
+            message = (await resp.json())["error"]["message"]
         took = time.perf_counter() - t0
         stop.set()
         gaps = await probe
-        # Tokenizing on the loop answered nothing for the whole time it took (several
-        # seconds); in a thread, /health keeps answering within a fraction of it.
+        assert "prompt has at least" in message and "longer than the model's context" in message
+        assert took < 2.0, took  # decoding the body and rendering the template, no tokenizing
+        assert max(gaps) < 1.0, gaps
+    finally:
+        await srv.close()
+
+
+async def test_long_text_is_tokenized_off_the_loop(engine):
+    """A text with no refusal before tokenizing (/tokenize counts any prompt) is tokenized in a
+    thread: the server keeps answering while it works."""
+    text = "ab " * 400_000  # 1.2 MB
+    count = len(engine.tokenizer.encode(text))
+    srv = TestServer(create_app(engine, ServerSettings(max_request_bytes=16 << 20)),
+                     host="127.0.0.1")
+    await srv.start_server()
+    try:
+        stop = asyncio.Event()
+        probe = asyncio.create_task(_health_gaps(str(srv.make_url("/health")), stop))
+        await asyncio.sleep(0.2)
+        t0 = time.perf_counter()
+        async with aiohttp.ClientSession() as s, \
+                s.post(srv.make_url("/tokenize"), json={"prompt": text}) as resp:
+            assert resp.status == 200
+            assert (await resp.json())["count"] == count
+        took = time.perf_counter() - t0
+        stop.set()
+        gaps = await probe
+        # Tokenizing on the loop answered nothing for the whole time it took; in a thread,
+        # /health keeps answering within a fraction of it.
         assert len(gaps) >= 5 and max(gaps) < took / 2, (took, max(gaps))
     finally:
         await srv.close()
