@@ -8,8 +8,10 @@ How each ``tool_choice`` is served:
   (``--tool-call-parser``, ``tool_parsers``) finds the calls in the model's own format.
 - ``required`` and a named function: a grammar built from the tools' parameter schemas makes
   the reply a call whose arguments match its schema, so even a weak model returns a valid one.
-  ``required``: a JSON array of ``{"name", "arguments"}`` objects (one item unless
-  ``parallel_tool_calls``); named: the arguments object itself.
+  The calls are written in the parser's own format (``<tool_call>`` blocks for ``hermes``),
+  the one the model was taught, one call unless ``parallel_tool_calls`` (a model can end its
+  reply after any call); a parser without a grammar gets a JSON array of ``{"name",
+  "arguments"}`` objects (``required``) or the arguments object itself (named).
 
 A chat template that does not mention ``tools`` (SmolLM2's, the tiny model's) gets the Hermes
 format instead: the tools described in the system message, past calls written as
@@ -40,7 +42,13 @@ from aioengine.server.responses import (
     TokenBytes,
     TokenText,
 )
-from aioengine.server.tool_parsers import Parsed, ParsedCall, StreamParser, get_parser
+from aioengine.server.tool_parsers import (
+    CallDelta,
+    Parsed,
+    ParsedCall,
+    StreamParser,
+    get_parser,
+)
 from aioengine.structured import GrammarError, check_spec
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -63,17 +71,32 @@ class ToolPlan:
     def parses(self) -> bool:
         return self.mode != "none"
 
+    def _call_schemas(self) -> list[Json]:
+        names = [self.name] if self.mode == "named" else list(self.schemas)
+        return [{"type": "object",
+                 "properties": {"name": {"const": name}, "arguments": self.schemas[name]},
+                 "required": ["name", "arguments"], "additionalProperties": False}
+                for name in names]
+
+    def _parser_grammar(self) -> str | None:
+        """The calls in the parser's own format (the one the model was taught), when the
+        parser can give a grammar for it."""
+        if self.mode not in ("required", "named"):
+            return None
+        return get_parser(self.parser_name).call_grammar(
+            self._call_schemas(), self.parallel and self.mode == "required")
+
     def grammar(self) -> StructuredOutputs | None:
         """The constraint for ``required`` and named choices; None for the others."""
+        if self.mode not in ("required", "named"):
+            return None
+        lark = self._parser_grammar()
+        if lark is not None:
+            return StructuredOutputs(grammar=lark)
         if self.mode == "named":
             assert self.name is not None
             return StructuredOutputs(json=self.schemas[self.name])
-        if self.mode != "required":
-            return None
-        items = [{"type": "object",
-                  "properties": {"name": {"const": name}, "arguments": schema},
-                  "required": ["name", "arguments"], "additionalProperties": False}
-                 for name, schema in self.schemas.items()]
+        items = self._call_schemas()
         array: Json = {"type": "array", "minItems": 1,
                        "items": items[0] if len(items) == 1 else {"anyOf": items}}
         if not self.parallel:
@@ -81,26 +104,28 @@ class ToolPlan:
         return StructuredOutputs(json=array)
 
     def stream_parser(self) -> StreamParser:
-        if self.mode == "named":
-            assert self.name is not None
-            return _NamedStream(self.name)
-        if self.mode == "required":
-            return _ArrayStream()
+        if self._parser_grammar() is None:
+            if self.mode == "named":
+                assert self.name is not None
+                return _NamedStream(self.name)
+            if self.mode == "required":
+                return _ArrayStream()
         return _OnlyFirst(get_parser(self.parser_name).stream(), self.parallel)
 
     def extract(self, text: str) -> Parsed:
         """The reply's content and calls (whole); ``required``/named output that is not whole
-        JSON (cut by ``max_tokens``) is returned as text."""
-        if self.mode == "named":
-            assert self.name is not None
-            try:
-                json.loads(text)
-            except ValueError:
-                return Parsed(text)
-            return Parsed(calls=[ParsedCall(self.name, text)])
-        if self.mode == "required":
-            calls = _array_calls(text)
-            return Parsed(calls=calls) if calls else Parsed(text)
+        (cut by ``max_tokens``) is returned as text."""
+        if self._parser_grammar() is None:
+            if self.mode == "named":
+                assert self.name is not None
+                try:
+                    json.loads(text)
+                except ValueError:
+                    return Parsed(text)
+                return Parsed(calls=[ParsedCall(self.name, text)])
+            if self.mode == "required":
+                calls = _array_calls(text)
+                return Parsed(calls=calls) if calls else Parsed(text)
         out = get_parser(self.parser_name).extract(text)
         if out.calls and not self.parallel:
             out.calls = out.calls[:1]
@@ -414,6 +439,8 @@ class _OnlyFirst(StreamParser):
     def _cut(self, out: Parsed) -> Parsed:
         if out.calls and not self._parallel:
             out.calls = out.calls[:max(0, 1 - self._seen)]
+        if out.deltas and not self._parallel:
+            out.deltas = [d for d in out.deltas if d.index == 0]
         self._seen += len(out.calls or [])
         return out
 
@@ -453,7 +480,8 @@ class ToolChatFormat(ChatFormat):
         parsed = self.plan.extract(state.text)
         message = choice["message"]
         if parsed.calls:
-            message["content"] = parsed.content or None
+            # Under a grammar any text left is a call cut off by max_tokens: not content.
+            message["content"] = (parsed.content or None) if self.plan.mode == "auto" else None
             message["tool_calls"] = [
                 {"id": call_id(), "type": "function",
                  "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
@@ -480,14 +508,19 @@ class ToolChatFormat(ChatFormat):
                 deltas.append({"tool_calls": [{"index": 0,
                                                "function": {"arguments": parsed.content}}]})
         else:
-            if parsed.content:
+            if parsed.content and (self.plan.mode == "auto" or not self._sent[index]):
                 deltas.append({"content": parsed.content})
-            for call in parsed.calls or []:
-                n = self._sent[index]
-                deltas.append({"tool_calls": [self._header(n, call.name)]})
-                deltas.append({"tool_calls": [{"index": n,
-                                               "function": {"arguments": call.arguments}}]})
-                self._sent[index] = n + 1
+            pieces = parsed.deltas if parsed.deltas is not None else [
+                d for c in parsed.calls or []
+                for d in (CallDelta(-1, c.name, ""), CallDelta(-1, None, c.arguments))]
+            for piece in pieces:
+                if piece.name is not None:
+                    self._sent[index] += 1
+                    deltas.append({"tool_calls": [self._header(self._sent[index] - 1,
+                                                               piece.name)]})
+                elif piece.arguments:
+                    deltas.append({"tool_calls": [{"index": self._sent[index] - 1,
+                                                   "function": {"arguments": piece.arguments}}]})
         lp = self.logprobs(logprobs) if logprobs is not None else None
         choices = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None}
                    for d in deltas]

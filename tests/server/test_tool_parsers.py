@@ -15,7 +15,7 @@ from aioengine.hub.tokenizer_build import CHAT_TEMPLATE as TINY_TEMPLATE
 from aioengine.server import ServerSettings
 from aioengine.server.__main__ import build_parser
 from aioengine.server.protocol import ChatMessage, FunctionCall, MessageToolCall
-from aioengine.server.tool_parsers import Parsed, ParsedCall, get_parser, parser_names
+from aioengine.server.tool_parsers import CallDelta, Parsed, ParsedCall, get_parser, parser_names
 from aioengine.server.tools import chat_inputs
 
 WEATHER = ParsedCall("get_weather", '{"city": "Paris", "days": 2}')
@@ -214,3 +214,44 @@ def test_tool_grammars_close_objects_that_list_their_properties() -> None:
     assert "additionalProperties" not in props["d"]["allOf"][0]  # would conflict
     assert closed["$defs"]["E"]["additionalProperties"] is False
     assert "additionalProperties" not in schema  # the caller's schema is not changed
+
+
+def test_hermes_stream_sends_the_name_then_argument_pieces() -> None:
+    """A call that names its function first is sent as it is written: its start as soon as
+    the name is known, then each piece of the arguments object (nothing after it)."""
+    stream = get_parser("hermes").stream()
+    reply = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+    deltas = []
+    calls = []
+    for ch in reply:
+        out = stream.feed(ch)
+        assert out.content == ""
+        deltas += out.deltas or []
+        calls += out.calls or []
+    assert deltas[0] == CallDelta(0, "add", "")
+    assert len(deltas) > 5 and all(d.index == 0 and d.name is None for d in deltas[1:])
+    assert "".join(d.arguments for d in deltas) == '{"a": 1, "b": 2}'
+    assert calls == [ADD]
+
+
+def test_hermes_stream_sends_a_call_naming_its_function_last_whole() -> None:
+    out = streamed("hermes", ['<tool_call>{"arguments": {"a": 1, "b": 2}, ',
+                              '"name": "add"}</tool_call>'])
+    assert out.calls == [ADD]
+    assert out.deltas == [CallDelta(0, "add", ""), CallDelta(0, None, ADD.arguments)]
+
+
+@pytest.mark.parametrize("parser", ["hermes", "llama3_json"])
+@pytest.mark.parametrize("parallel", [False, True])
+def test_call_grammars_compile_and_their_sentences_parse(parser: str, parallel: bool) -> None:
+    from aioengine.messages.sampling_params import StructuredOutputs
+    from aioengine.structured import check_spec
+
+    calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": {
+        "type": "object", "properties": {"a": {"type": "integer"}}}},
+        "required": ["name", "arguments"], "additionalProperties": False}
+        for name in ("add", "get_weather")]
+    grammar = get_parser(parser).call_grammar(calls, parallel)
+    check_spec(StructuredOutputs(grammar=grammar))
+    assert ("call)*" in grammar or "body)*" in grammar) == parallel
+    assert '"parameters"' in grammar if parser == "llama3_json" else '"arguments"' in grammar

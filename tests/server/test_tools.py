@@ -165,17 +165,20 @@ async def test_tool_history_round_trip(oai: Any, server: Any) -> None:
     assert second.choices[0].finish_reason in ("stop", "length")
 
     as_dicts = [*MESSAGES, message.model_dump(exclude_none=True), *results]
-    request = {"messages": as_dicts, "tools": TOOLS, "return_token_strs": True}
-    async with aiohttp.ClientSession() as http, \
-            http.post(server.make_url("/tokenize"), json=request) as resp:
-        assert resp.status == 200, await resp.text()
-        body = await resp.json()
-    prompt = "".join(body["token_strs"])
+    async with aiohttp.ClientSession() as http:
+        async with http.post(server.make_url("/tokenize"),
+                             json={"messages": as_dicts, "tools": TOOLS}) as resp:
+            assert resp.status == 200, await resp.text()
+            body = await resp.json()
+        async with http.post(server.make_url("/detokenize"),
+                             json={"tokens": body["tokens"]}) as resp:
+            prompt = (await resp.json())["prompt"]
     assert body["count"] == second.usage.prompt_tokens
     for i, call in enumerate(message.tool_calls):
         assert f"<tool_response>\nresult {i}\n</tool_response>" in prompt
         assert json.dumps({"name": call.function.name,
-                           "arguments": json.loads(call.function.arguments)}) in prompt
+                           "arguments": json.loads(call.function.arguments)},
+                          ensure_ascii=False) in prompt
 
 
 async def test_auto_and_none_leave_plain_text_alone(oai: Any) -> None:
@@ -188,6 +191,25 @@ async def test_auto_and_none_leave_plain_text_alone(oai: Any) -> None:
         assert r.choices[0].finish_reason in ("stop", "length")
         replies.append(r.choices[0].message.content)
     assert replies[0] == replies[1] and replies[0]
+
+
+async def test_llama3_json_parser_calls_are_valid_too(engine: AsyncMPClient) -> None:
+    """With ``--tool-call-parser llama3_json`` the grammar writes that format's calls."""
+    from aioengine.server import ServerSettings
+
+    async with app_server(engine, ServerSettings(tool_call_parser="llama3_json")) as srv, \
+            openai_client(srv) as client:
+        for seed in range(3):
+            r = await client.chat.completions.create(
+                model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                seed=seed, max_tokens=400)
+            assert r.choices[0].finish_reason == "tool_calls"
+            check_calls(r.choices[0].message.tool_calls)
+        async with client.chat.completions.stream(
+                model="tiny", messages=MESSAGES, tools=TOOLS, seed=1, max_tokens=400,
+                tool_choice={"type": "function", "function": {"name": "get_weather"}}) as st:
+            final = await st.get_final_completion()
+        assert check_calls(final.choices[0].message.tool_calls, {"get_weather"})
 
 
 CALL = {"id": "call_a", "type": "function",

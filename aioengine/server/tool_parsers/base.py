@@ -17,17 +17,30 @@ class ParsedCall:
     arguments: str
 
 
+@dataclass(frozen=True)
+class CallDelta:
+    """A piece of a streamed call: its start (``name`` set) or more of its arguments' text."""
+
+    index: int
+    name: str | None
+    arguments: str
+
+
 @dataclass
 class Parsed:
-    """Text to show as content, and the calls found (in order)."""
+    """Text to show as content, and the calls found (in order). A stream parser that sends
+    calls piece by piece also fills ``deltas``; otherwise each whole call is sent at once."""
 
     content: str = ""
     calls: list[ParsedCall] | None = None
+    deltas: list[CallDelta] | None = None
 
     def add(self, other: Parsed) -> None:
         self.content += other.content
         if other.calls:
             self.calls = [*(self.calls or []), *other.calls]
+        if other.deltas is not None:
+            self.deltas = [*(self.deltas or []), *other.deltas]
 
 
 class StreamParser:
@@ -47,6 +60,13 @@ class ToolParser:
 
     def stream(self) -> StreamParser:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def call_grammar(self, calls: list[dict[str, Any]], parallel: bool) -> str | None:
+        """A Lark grammar (llguidance's dialect) whose sentences are calls in this format:
+        ``calls`` holds one JSON schema per function for its whole call object (``name`` and
+        ``arguments``, the keys ``extract`` reads); one call, or several when ``parallel``.
+        None: the server uses a plain JSON array of calls instead."""
+        return None
 
     def extract(self, text: str) -> Parsed:
         """The whole reply at once: the same answer as streaming it in one piece."""
@@ -83,3 +103,23 @@ def held_prefix(text: str, marker: str) -> int:
         if marker.startswith(text[-size:]):
             return size
     return 0
+
+
+# Compact JSON inside a grammar: a weak model cannot wander off into whitespace.
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def json_rule(calls: list[dict[str, Any]], args_key: str = "arguments") -> str:
+    """A Lark ``%json`` rule body for any one of ``calls`` (their arguments under
+    ``args_key``)."""
+    items = [_rename(c, args_key) for c in calls]
+    schema = items[0] if len(items) == 1 else {"anyOf": items}
+    return "%json " + json.dumps({**schema, "x-guidance": JSON_LAYOUT}, ensure_ascii=False)
+
+
+def _rename(call: dict[str, Any], args_key: str) -> dict[str, Any]:
+    if args_key == "arguments":
+        return call
+    props = {(args_key if k == "arguments" else k): v for k, v in call["properties"].items()}
+    return {**call, "properties": props,
+            "required": [args_key if k == "arguments" else k for k in call["required"]]}

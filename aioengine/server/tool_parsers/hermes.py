@@ -5,17 +5,26 @@ for templates which do not know tools)."""
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 from aioengine.server.tool_parsers.base import (
+    CallDelta,
     Parsed,
     StreamParser,
     ToolParser,
     call_from_json,
     held_prefix,
+    json_rule,
 )
 
 START = "<tool_call>"
 END = "</tool_call>"
+
+
+# A call's head when it names the function first, as the format (and our grammar) does: from
+# there on its arguments object is streamed as the model writes it.
+_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*(?=\{)')
 
 
 class HermesStream(StreamParser):
@@ -23,10 +32,12 @@ class HermesStream(StreamParser):
         self._buf = ""
         self._inside = False
         self._calls = 0
+        self._started = 0  # calls whose start was sent
+        self._args: _ObjectScan | None = None  # the arguments of the call being streamed
 
     def feed(self, text: str) -> Parsed:
         self._buf += text
-        out = Parsed()
+        out = Parsed(deltas=[])
         while True:
             if not self._inside:
                 at = self._buf.find(START)
@@ -38,12 +49,14 @@ class HermesStream(StreamParser):
                 out.content += self._content(self._buf[:at])
                 self._buf = self._buf[at + len(START):]
                 self._inside = True
+            out.add(self._stream_arguments())
             at = self._buf.find(END)
             if at < 0:
                 return out
             out.add(self._body(self._buf[:at], closed=True))
             self._buf = self._buf[at + len(END):]
             self._inside = False
+            self._args = None
 
     def finish(self) -> Parsed:
         """A call cut off before ``</tool_call>`` (a stop string, or the end of the reply)
@@ -51,8 +64,26 @@ class HermesStream(StreamParser):
         buf, self._buf = self._buf, ""
         if self._inside:
             self._inside = False
-            return self._body(buf, closed=False)
-        return Parsed(self._content(buf))
+            out = self._body(buf, closed=False)
+            self._args = None
+            return out
+        return Parsed(self._content(buf), deltas=[])
+
+    def _stream_arguments(self) -> Parsed:
+        """Send the start of the call once its name is known, then its arguments as they come
+        (up to the object's closing brace)."""
+        out = Parsed(deltas=[])
+        if self._args is None:
+            head = _HEAD.match(self._buf)
+            if head is None:
+                return out
+            self._args = _ObjectScan(self._buf, head.end())
+            out.deltas.append(CallDelta(self._started, json.loads(head.group(1)), ""))
+            self._started += 1
+        piece = self._args.scan(self._buf)
+        if piece:
+            out.deltas.append(CallDelta(self._started - 1, None, piece))
+        return out
 
     def _content(self, text: str) -> str:
         # Whitespace between and after calls is layout, not a message.
@@ -63,10 +94,53 @@ class HermesStream(StreamParser):
             call = call_from_json(json.loads(body))
         except ValueError:
             call = None
+        streamed = self._args is not None
         if call is None:
-            return Parsed(START + body + (END if closed else ""))
+            # Not a call after all; a start already sent stays (its arguments are cut short).
+            return Parsed(START + body + (END if closed else ""), deltas=[])
         self._calls += 1
-        return Parsed(calls=[call])
+        if streamed:
+            return Parsed(calls=[call], deltas=[])
+        # The name came after the arguments (or the arguments were text): sent whole.
+        index = self._started
+        self._started += 1
+        return Parsed(calls=[call], deltas=[CallDelta(index, call.name, ""),
+                                            CallDelta(index, None, call.arguments)])
+
+
+class _ObjectScan:
+    """Follows one JSON object in a growing buffer from ``start``; ``scan`` returns the text
+    added since the last call, up to and including the object's closing brace."""
+
+    def __init__(self, buf: str, start: int) -> None:
+        self._pos = start
+        self._depth = 0
+        self._in_string = False
+        self._escape = False
+        self._done = False
+
+    def scan(self, buf: str) -> str:
+        begin = self._pos
+        pos = begin
+        while pos < len(buf) and not self._done:
+            ch = buf[pos]
+            pos += 1
+            if self._in_string:
+                if self._escape:
+                    self._escape = False
+                elif ch == "\\":
+                    self._escape = True
+                elif ch == '"':
+                    self._in_string = False
+            elif ch == '"':
+                self._in_string = True
+            elif ch in "{[":
+                self._depth += 1
+            elif ch in "}]":
+                self._depth -= 1
+                self._done = self._depth == 0
+        self._pos = pos
+        return buf[begin:pos]
 
 
 class HermesParser(ToolParser):
@@ -74,6 +148,12 @@ class HermesParser(ToolParser):
 
     def stream(self) -> StreamParser:
         return HermesStream()
+
+    def call_grammar(self, calls: list[dict[str, Any]], parallel: bool) -> str:
+        more = ' ("\\n" call)*' if parallel else ""
+        return (f"start: call{more}\n"
+                'call: "<tool_call>\\n" body "\\n</tool_call>"\n'
+                f"body: {json_rule(calls)}\n")
 
     def extract(self, text: str) -> Parsed:
         out = super().extract(text)
