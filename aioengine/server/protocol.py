@@ -2,7 +2,7 @@
 field at once and names the offending one (``- at `$.messages[0].role```).
 
 Unknown fields are refused rather than silently ignored, so a typo or an unsupported OpenAI
-feature (``tools``, ``logit_bias``) gets a 400 naming it instead of a surprising result.
+feature (``logit_bias``) gets a 400 naming it instead of a surprising result.
 """
 
 from __future__ import annotations

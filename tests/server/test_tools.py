@@ -134,6 +134,31 @@ async def test_streamed_calls_are_reassembled_by_the_sdk(oai: Any) -> None:
         == [args for _, args in check_calls(whole.choices[0].message.tool_calls)]
 
 
+async def test_streamed_choices_keep_their_own_calls(oai: Any) -> None:
+    """n=2 streamed: each choice's deltas reassemble into its own valid calls, the same as
+    the whole reply's choices (same seed), with logprobs for every token."""
+    kwargs: dict[str, Any] = dict(model="tiny", messages=MESSAGES, tools=TOOLS, seed=9, n=2,
+                                  max_tokens=400, tool_choice="required", logprobs=True)
+    whole = await oai.chat.completions.create(**kwargs)
+    for choice in whole.choices:
+        assert len(choice.logprobs.content) > 10
+    calls: dict[int, dict[int, list[str]]] = {0: {}, 1: {}}
+    logprobs = {0: 0, 1: 0}
+    async for chunk in await oai.chat.completions.create(**kwargs, stream=True):
+        (c,) = chunk.choices
+        if c.logprobs is not None:
+            logprobs[c.index] += len(c.logprobs.content)
+        for tc in c.delta.tool_calls or []:
+            if tc.function.name:
+                calls[c.index][tc.index] = [tc.function.name, tc.function.arguments]
+            else:
+                calls[c.index][tc.index][1] += tc.function.arguments
+    for i, choice in enumerate(whole.choices):
+        assert [(n, json.loads(a)) for n, a in calls[i].values()] \
+            == check_calls(choice.message.tool_calls)
+        assert logprobs[i] == len(choice.logprobs.content)
+
+
 async def test_streamed_named_call_sends_argument_fragments(oai: Any) -> None:
     kwargs: dict[str, Any] = dict(
         model="tiny", messages=MESSAGES, tools=TOOLS, seed=5, max_tokens=400,
