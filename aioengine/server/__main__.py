@@ -153,10 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "(systemd, Kubernetes) to restart; 'keep' stays up answering 503 "
                            "(default: exit)")
     http.add_argument("--tool-call-parser", default="hermes", choices=parser_names(),
-                      help="how tool_choice 'auto' finds the function calls in a reply: the "
-                           "model family's format (hermes: Qwen/Hermes <tool_call> JSON, also "
-                           "what templates without tools are given; llama3_json: Llama 3.x "
-                           "JSON; default: %(default)s)")
+                      help="the model family's tool-call format: how tool_choice 'auto' "
+                           "finds the function calls in a reply, and what 'required'/named "
+                           "choices write (hermes: Qwen/Hermes <tool_call> JSON, also what "
+                           "templates without tools are given; llama3_json: Llama 3.x JSON; "
+                           "default: %(default)s)")
     http.add_argument("--log-level", default="INFO",
                       choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     EngineConfig.add_cli_args(parser)

@@ -72,12 +72,13 @@ class ServerSettings:
     """With ``allowed_origins``: the request headers a preflight allows."""
     allow_credentials: bool = False
     """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
-    tool_call_parser: str = "hermes"
-    """How ``tool_choice: "auto"`` finds the calls in a reply: the model family's format
-    (``aioengine.server.tool_parsers``: ``hermes``/``qwen``, ``llama3_json``)."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
+    tool_call_parser: str = "hermes"
+    """The model family's tool-call format (``aioengine.server.tool_parsers``: ``hermes``/
+    ``qwen``, ``llama3_json``): how ``tool_choice: "auto"`` finds the calls in a reply, and
+    the format ``required`` and named choices are made to write."""
 
     def __post_init__(self) -> None:
         if self.model_name is not None and not self.model_name:

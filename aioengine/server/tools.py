@@ -9,9 +9,8 @@ How each ``tool_choice`` is served:
 - ``required`` and a named function: a grammar built from the tools' parameter schemas makes
   the reply a call whose arguments match its schema, so even a weak model returns a valid one.
   The calls are written in the parser's own format (``<tool_call>`` blocks for ``hermes``),
-  the one the model was taught, one call unless ``parallel_tool_calls`` (a model can end its
-  reply after any call); a parser without a grammar gets a JSON array of ``{"name",
-  "arguments"}`` objects (``required``) or the arguments object itself (named).
+  the one the model was taught and the parser reads back; one call unless
+  ``parallel_tool_calls`` (a model can end its reply after any call).
 
 A chat template that does not mention ``tools`` (SmolLM2's, the tiny model's) gets the Hermes
 format instead: the tools described in the system message, past calls written as
@@ -21,6 +20,7 @@ format instead: the tools described in the system message, past calls written as
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -45,7 +45,6 @@ from aioengine.server.responses import (
 from aioengine.server.tool_parsers import (
     CallDelta,
     Parsed,
-    ParsedCall,
     StreamParser,
     get_parser,
 )
@@ -78,9 +77,10 @@ class ToolPlan:
                  "required": ["name", "arguments"], "additionalProperties": False}
                 for name in names]
 
-    def _parser_grammar(self) -> str | None:
-        """The calls in the parser's own format (the one the model was taught), when the
-        parser can give a grammar for it."""
+    @functools.cached_property
+    def call_grammar(self) -> str | None:
+        """For ``required`` and named choices: the calls in the parser's own format (the one
+        the model was taught), one or (``required`` with ``parallel``) more."""
         if self.mode not in ("required", "named"):
             return None
         return get_parser(self.parser_name).call_grammar(
@@ -88,44 +88,14 @@ class ToolPlan:
 
     def grammar(self) -> StructuredOutputs | None:
         """The constraint for ``required`` and named choices; None for the others."""
-        if self.mode not in ("required", "named"):
-            return None
-        lark = self._parser_grammar()
-        if lark is not None:
-            return StructuredOutputs(grammar=lark)
-        if self.mode == "named":
-            assert self.name is not None
-            return StructuredOutputs(json=self.schemas[self.name])
-        items = self._call_schemas()
-        array: Json = {"type": "array", "minItems": 1,
-                       "items": items[0] if len(items) == 1 else {"anyOf": items}}
-        if not self.parallel:
-            array["maxItems"] = 1
-        return StructuredOutputs(json=array)
+        lark = self.call_grammar
+        return None if lark is None else StructuredOutputs(grammar=lark)
 
     def stream_parser(self) -> StreamParser:
-        if self._parser_grammar() is None:
-            if self.mode == "named":
-                assert self.name is not None
-                return _NamedStream(self.name)
-            if self.mode == "required":
-                return _ArrayStream()
         return _OnlyFirst(get_parser(self.parser_name).stream(), self.parallel)
 
     def extract(self, text: str) -> Parsed:
-        """The reply's content and calls (whole); ``required``/named output that is not whole
-        (cut by ``max_tokens``) is returned as text."""
-        if self._parser_grammar() is None:
-            if self.mode == "named":
-                assert self.name is not None
-                try:
-                    json.loads(text)
-                except ValueError:
-                    return Parsed(text)
-                return Parsed(calls=[ParsedCall(self.name, text)])
-            if self.mode == "required":
-                calls = _array_calls(text)
-                return Parsed(calls=calls) if calls else Parsed(text)
+        """The reply's content and calls (whole)."""
         out = get_parser(self.parser_name).extract(text)
         if out.calls and not self.parallel:
             out.calls = out.calls[:1]
@@ -347,87 +317,6 @@ def hermes_system_prompt(tools: list[Json]) -> str:
             '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
-# -- the grammar-constrained outputs --------------------------------------------------------
-
-
-def _array_calls(text: str) -> list[ParsedCall] | None:
-    try:
-        items = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(items, list):
-        return None
-    calls = [_item_call(item) for item in items]
-    return calls if calls and all(c is not None for c in calls) else None  # type: ignore
-
-
-def _item_call(item: Any) -> ParsedCall | None:
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        return None
-    return ParsedCall(item["name"], json.dumps(item.get("arguments", {}), ensure_ascii=False))
-
-
-class _NamedStream(StreamParser):
-    """The reply is the arguments: passed on as it comes (the grammar makes it whole)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def feed(self, text: str) -> Parsed:
-        return Parsed(text)  # ToolChatFormat turns these into argument fragments
-
-    def finish(self) -> Parsed:
-        return Parsed()
-
-
-class _ArrayStream(StreamParser):
-    """A JSON array of calls: each item is emitted once its object closes."""
-
-    def __init__(self) -> None:
-        self._buf = ""
-        self._depth = 0
-        self._in_string = False
-        self._escape = False
-        self._item_start = -1
-        self._scanned = 0
-
-    def feed(self, text: str) -> Parsed:
-        self._buf += text
-        out = Parsed()
-        buf = self._buf
-        for pos in range(self._scanned, len(buf)):
-            ch = buf[pos]
-            if self._in_string:
-                if self._escape:
-                    self._escape = False
-                elif ch == "\\":
-                    self._escape = True
-                elif ch == '"':
-                    self._in_string = False
-                continue
-            if ch == '"':
-                self._in_string = True
-            elif ch in "[{":
-                self._depth += 1
-                if self._depth == 2:
-                    self._item_start = pos
-            elif ch in "]}":
-                if self._depth == 2 and self._item_start >= 0:
-                    try:
-                        call = _item_call(json.loads(buf[self._item_start:pos + 1]))
-                    except ValueError:
-                        call = None
-                    if call is not None:
-                        out.add(Parsed(calls=[call]))
-                    self._item_start = -1
-                self._depth -= 1
-        self._scanned = len(buf)
-        return out
-
-    def finish(self) -> Parsed:
-        return Parsed()
-
-
 class _OnlyFirst(StreamParser):
     """``parallel_tool_calls: false`` in auto mode: calls after the first are dropped."""
 
@@ -500,27 +389,20 @@ class ToolChatFormat(ChatFormat):
         if finish_reason is not None:
             parsed.add(parser.finish())
         deltas: list[Json] = []
-        if isinstance(parser, _NamedStream):
-            if self._sent[index] == 0 and (parsed.content or finish_reason is not None):
-                deltas.append({"tool_calls": [self._header(0, parser.name)]})
-                self._sent[index] = 1
-            if parsed.content:
-                deltas.append({"tool_calls": [{"index": 0,
-                                               "function": {"arguments": parsed.content}}]})
-        else:
-            if parsed.content and (self.plan.mode == "auto" or not self._sent[index]):
-                deltas.append({"content": parsed.content})
-            pieces = parsed.deltas if parsed.deltas is not None else [
-                d for c in parsed.calls or []
-                for d in (CallDelta(-1, c.name, ""), CallDelta(-1, None, c.arguments))]
-            for piece in pieces:
-                if piece.name is not None:
-                    self._sent[index] += 1
-                    deltas.append({"tool_calls": [self._header(self._sent[index] - 1,
-                                                               piece.name)]})
-                elif piece.arguments:
-                    deltas.append({"tool_calls": [{"index": self._sent[index] - 1,
-                                                   "function": {"arguments": piece.arguments}}]})
+        # Under a grammar text is a call cut off by max_tokens: content only when no call
+        # was started (as in the whole reply).
+        if parsed.content and (self.plan.mode == "auto" or not self._sent[index]):
+            deltas.append({"content": parsed.content})
+        pieces = parsed.deltas if parsed.deltas is not None else [
+            d for c in parsed.calls or []
+            for d in (CallDelta(-1, c.name, ""), CallDelta(-1, None, c.arguments))]
+        for piece in pieces:
+            if piece.name is not None:
+                self._sent[index] += 1
+                deltas.append({"tool_calls": [self._header(self._sent[index] - 1, piece.name)]})
+            elif piece.arguments:
+                deltas.append({"tool_calls": [{"index": self._sent[index] - 1,
+                                               "function": {"arguments": piece.arguments}}]})
         lp = self.logprobs(logprobs) if logprobs is not None else None
         choices = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None}
                    for d in deltas]

@@ -61,12 +61,12 @@ class ToolParser:
     def stream(self) -> StreamParser:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def call_grammar(self, calls: list[dict[str, Any]], parallel: bool) -> str | None:
+    def call_grammar(self, calls: list[dict[str, Any]], parallel: bool) -> str:  # pragma: no cover
         """A Lark grammar (llguidance's dialect) whose sentences are calls in this format:
         ``calls`` holds one JSON schema per function for its whole call object (``name`` and
         ``arguments``, the keys ``extract`` reads); one call, or several when ``parallel``.
-        None: the server uses a plain JSON array of calls instead."""
-        return None
+        ``required`` and named ``tool_choice`` are served with it."""
+        raise NotImplementedError
 
     def extract(self, text: str) -> Parsed:
         """The whole reply at once: the same answer as streaming it in one piece."""
