@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aioengine.client.chat_template import ChatTemplate
@@ -68,6 +69,7 @@ def test_hermes_whole_reply(reply: str, content: str, calls: list[ParsedCall] | 
     assert get_parser("qwen").extract(reply) == out
 
 
+@settings(deadline=None)  # a busy shared machine; the first example imports
 @given(st.sampled_from(HERMES_REPLIES), st.lists(st.integers(0, 500), max_size=12))
 def test_hermes_stream_equals_whole(case: tuple, points: list[int]) -> None:
     """However the reply is cut into pieces, streaming finds the same calls, and the content
@@ -105,6 +107,7 @@ def test_llama3_json_whole_reply(reply: str, content: str, calls: list | None) -
     assert (out.content, out.calls) == (content, calls)
 
 
+@settings(deadline=None)  # a busy shared machine; the first example imports
 @given(st.sampled_from(LLAMA_REPLIES), st.lists(st.integers(0, 500), max_size=12))
 def test_llama3_json_stream_equals_whole(case: tuple, points: list[int]) -> None:
     reply, content, calls = case
@@ -255,3 +258,59 @@ def test_call_grammars_compile_and_their_sentences_parse(parser: str, parallel: 
     check_spec(StructuredOutputs(grammar=grammar))
     assert ("call)*" in grammar or "body)*" in grammar) == parallel
     assert '"parameters"' in grammar if parser == "llama3_json" else '"arguments"' in grammar
+
+
+# -- the server's reply format for auto mode (the tiny model never writes a call itself) ------
+
+AUTO_REPLY = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+              '"Paris", "days": 2}}\n</tool_call>\n<tool_call>\n{"name": "add", "arguments": '
+              '{"a": 1, "b": 2}}\n</tool_call>')
+
+
+def _auto_format(parallel: bool = True) -> Any:
+    from aioengine.server.tools import ToolChatFormat, ToolPlan
+
+    plan = ToolPlan(mode="auto", tools=[], parallel=parallel)
+    return ToolChatFormat("m", str, lambda t: b"", plan)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+@settings(deadline=None)  # a busy shared machine; the first example imports
+@given(points=st.lists(st.integers(0, 500), max_size=20))
+def test_auto_stream_chunks_are_reassembled_by_the_openai_sdk(parallel: bool,
+                                                               points: list[int]) -> None:
+    """An auto reply cut into any pieces: the chunks the server writes, fed to the SDK's own
+    stream accumulator, give the content before the calls and the calls themselves."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    fmt = _auto_format(parallel)
+    state = ChatCompletionStreamState()
+    pieces = cuts(AUTO_REPLY, points)
+    chunks = [fmt.chunk([fmt.role_choice(0)], False)]
+    for i, piece in enumerate(pieces):
+        finish = "stop" if i == len(pieces) - 1 else None
+        chunks += [fmt.chunk([c], False) for c in fmt.delta_choices(0, piece, None, finish)]
+    for chunk in chunks:
+        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
+    (choice,) = state.get_final_completion().choices
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Let me check.\n"
+    calls = [(c.function.name, json.loads(c.function.arguments))
+             for c in choice.message.tool_calls]
+    expected = [("get_weather", {"city": "Paris", "days": 2}), ("add", {"a": 1, "b": 2})]
+    assert calls == (expected if parallel else expected[:1])
+
+
+def test_auto_whole_reply_has_content_and_calls() -> None:
+    from aioengine.server.responses import ChoiceState
+
+    state = ChoiceState(0)
+    state.text, state.finish_reason = AUTO_REPLY, "stop"
+    choice = _auto_format().full_choice(state)
+    assert choice["finish_reason"] == "tool_calls"
+    message = choice["message"]
+    assert message["content"] == "Let me check.\n"
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather", "add"]
+    state.finish_reason = "length"  # calls found, but the reply was cut: the reason stays
+    assert _auto_format().full_choice(state)["finish_reason"] == "length"
