@@ -3,7 +3,7 @@ tool calls in the history, and the calls in the reply (whole or streamed as delt
 
 How each ``tool_choice`` is served:
 
-- ``none``: the model sees the tools (through its chat template) and answers with text.
+- ``none``: the model answers with text (a template that renders tools still gets them).
 - ``auto`` (the default with tools): the model writes freely; the server's tool-call parser
   (``--tool-call-parser``, ``tool_parsers``) finds the calls in the model's own format.
 - ``required`` and a named function: a grammar built from the tools' parameter schemas makes
@@ -242,13 +242,16 @@ def template_knows_tools(source: str | None) -> bool:
     return source is not None and "tools" in source
 
 
-def chat_inputs(messages: list[ChatMessage], tools: list[Json] | None, tokenizer: Any
-                ) -> tuple[list[Json], dict[str, Any]]:
-    """The template's messages and its extra arguments (``tools`` when it renders them)."""
+def chat_inputs(messages: list[ChatMessage], tools: list[Json] | None, tokenizer: Any, *,
+                may_call: bool = True) -> tuple[list[Json], dict[str, Any]]:
+    """The template's messages and its extra arguments (``tools`` when it renders them). With
+    ``may_call`` false (``tool_choice: "none"``) a template without tools is not given the
+    Hermes instructions to call them; a tool-aware one still sees the tools, as vLLM does."""
     template = getattr(tokenizer, "chat_template", None)
     knows = template_knows_tools(getattr(template, "source", None))
-    return template_messages(messages, tools, knows), ({"tools": tools} if tools and knows
-                                                       else {})
+    described = tools if knows or may_call else None
+    return template_messages(messages, described, knows), ({"tools": tools} if tools and knows
+                                                           else {})
 
 
 def tool_dicts(tools: list[Any] | None) -> list[Json] | None:

@@ -192,7 +192,7 @@ async def test_tool_history_round_trip(oai: Any, server: Any) -> None:
     as_dicts = [*MESSAGES, message.model_dump(exclude_none=True), *results]
     async with aiohttp.ClientSession() as http:
         async with http.post(server.make_url("/tokenize"),
-                             json={"messages": as_dicts, "tools": TOOLS}) as resp:
+                             json={"messages": as_dicts}) as resp:  # as "none" renders
             assert resp.status == 200, await resp.text()
             body = await resp.json()
         async with http.post(server.make_url("/detokenize"),
@@ -207,15 +207,19 @@ async def test_tool_history_round_trip(oai: Any, server: Any) -> None:
 
 
 async def test_auto_and_none_leave_plain_text_alone(oai: Any) -> None:
-    """The tiny model writes no <tool_call>: ``auto`` returns its text as ``none`` does."""
+    """The tiny model writes no <tool_call>: ``auto`` returns its text. ``none`` is not told
+    how to call the tools (tiny's template does not render them): its prompt is the plain
+    conversation's, so its reply is the one without tools."""
     replies = []
-    for choice in ("auto", "none"):
-        r = await oai.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS,
-                                              tool_choice=choice, seed=2, max_tokens=24)
+    for choice in ("auto", "none", None):
+        tools = {"tools": TOOLS, "tool_choice": choice} if choice else {}
+        r = await oai.chat.completions.create(model="tiny", messages=MESSAGES, seed=2,
+                                              max_tokens=24, **tools)
         assert r.choices[0].message.tool_calls is None
         assert r.choices[0].finish_reason in ("stop", "length")
-        replies.append(r.choices[0].message.content)
-    assert replies[0] == replies[1] and replies[0]
+        replies.append((r.choices[0].message.content, r.usage.prompt_tokens))
+    (auto, auto_prompt), none, plain = replies
+    assert auto and none == plain and auto_prompt > plain[1] + 300
 
 
 async def test_llama3_json_parser_calls_are_valid_too(engine: AsyncMPClient) -> None:
