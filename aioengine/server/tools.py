@@ -70,12 +70,24 @@ class ToolPlan:
     def parses(self) -> bool:
         return self.mode != "none"
 
-    def _call_schemas(self) -> list[Json]:
+    def _call_schema(self) -> Json:
+        """One JSON schema for a whole call of any allowed function: ``{"name": <const>,
+        "arguments": <its parameters>}``. A parameters schema with ``$ref`` pointers (nested
+        pydantic models: ``#/$defs/Item``) moves under the root's ``$defs`` with its pointers
+        rewritten, so they still resolve there."""
         names = [self.name] if self.mode == "named" else list(self.schemas)
-        return [{"type": "object",
-                 "properties": {"name": {"const": name}, "arguments": self.schemas[name]},
-                 "required": ["name", "arguments"], "additionalProperties": False}
-                for name in names]
+        defs: Json = {}
+        items = []
+        for k, name in enumerate(names):
+            args = self.schemas[name]
+            if _has_ref(args):
+                defs[f"tool{k}"] = _rebase_refs(args, f"#/$defs/tool{k}")
+                args = {"$ref": f"#/$defs/tool{k}"}
+            items.append({"type": "object",
+                          "properties": {"name": {"const": name}, "arguments": args},
+                          "required": ["name", "arguments"], "additionalProperties": False})
+        root: Json = items[0] if len(items) == 1 else {"anyOf": items}
+        return {**root, "$defs": defs} if defs else root
 
     @functools.cached_property
     def call_grammar(self) -> str | None:
@@ -84,7 +96,7 @@ class ToolPlan:
         if self.mode not in ("required", "named"):
             return None
         return get_parser(self.parser_name).call_grammar(
-            self._call_schemas(), self.parallel and self.mode == "required")
+            self._call_schema(), self.parallel and self.mode == "required")
 
     def grammar(self) -> StructuredOutputs | None:
         """The constraint for ``required`` and named choices; None for the others."""
@@ -154,6 +166,11 @@ def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: 
             raise ApiError(400, f"tool_choice {_choice_text(choice)} constrains the reply to a "
                            "tool call; it cannot be combined with response_format or "
                            "structured_outputs", param="tool_choice", code="invalid_parameter")
+        try:  # each schema compiled alone; together they may not (a pointer gone astray)
+            check_spec(spec)
+        except GrammarError as e:
+            raise ApiError(400, f"the tools' parameter schemas do not compile into a call "
+                           f"grammar: {e}", param="tools", code="invalid_parameter") from e
         params = replace(params, structured_outputs=spec)
     return plan, params
 
@@ -172,13 +189,34 @@ def closed_objects(schema: Any) -> Any:
         if key in ("properties", "$defs", "definitions", "patternProperties"):
             out[key] = ({k: closed_objects(v) for k, v in value.items()}
                         if isinstance(value, dict) else value)
-        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties", "not"):
+        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties"):
             out[key] = closed_objects(value)
         else:
             out[key] = value
     if "properties" in out and "additionalProperties" not in out \
             and "patternProperties" not in out:
         out["additionalProperties"] = False
+    return out
+
+
+def _has_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return "$ref" in schema or any(_has_ref(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_ref(v) for v in schema)
+    return False
+
+
+def _rebase_refs(schema: Any, base: str) -> Any:
+    """Local pointers (``#...``) made relative to ``base`` instead of the document root."""
+    if isinstance(schema, list):
+        return [_rebase_refs(v, base) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _rebase_refs(v, base) for k, v in schema.items()}
+    ref = out.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        out["$ref"] = base + ref[1:]
     return out
 
 

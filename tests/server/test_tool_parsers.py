@@ -254,7 +254,7 @@ def test_call_grammars_compile_and_their_sentences_parse(parser: str, parallel: 
         "type": "object", "properties": {"a": {"type": "integer"}}}},
         "required": ["name", "arguments"], "additionalProperties": False}
         for name in ("add", "get_weather")]
-    grammar = get_parser(parser).call_grammar(calls, parallel)
+    grammar = get_parser(parser).call_grammar({"anyOf": calls}, parallel)
     check_spec(StructuredOutputs(grammar=grammar))
     assert ("call)*" in grammar or "body)*" in grammar) == parallel
     assert '"parameters"' in grammar if parser == "llama3_json" else '"arguments"' in grammar

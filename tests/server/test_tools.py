@@ -31,14 +31,24 @@ ORDER = {"type": "object", "additionalProperties": False, "required": ["items", 
                             "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{3}$"},
                                            "qty": {"type": "integer", "minimum": 1,
                                                    "maximum": 99}}}}}}
+# Nested models as pydantic writes them: "$ref" pointers into the schema's own "$defs".
+ROUTE = {"type": "object", "required": ["stops"], "$defs": {
+    "Stop": {"type": "object", "required": ["city"],
+             "properties": {"city": {"type": "string", "maxLength": 8},
+                            "next": {"anyOf": [{"$ref": "#/$defs/Leg"}, {"type": "null"}]}}},
+    "Leg": {"type": "object", "required": ["km"],
+            "properties": {"km": {"type": "integer", "minimum": 0, "maximum": 999}}}},
+    "properties": {"stops": {"type": "array", "minItems": 1, "maxItems": 2,
+                             "items": {"$ref": "#/$defs/Stop"}}}}
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast",
                                       "parameters": WEATHER}},
     {"type": "function", "function": {"name": "place_order", "parameters": ORDER}},
     {"type": "function", "function": {"name": "ping"}},  # no parameters: {} only
+    {"type": "function", "function": {"name": "plan_route", "parameters": ROUTE}},
 ]
 SCHEMAS = {"get_weather": WEATHER, "place_order": ORDER,
-           "ping": {"type": "object", "maxProperties": 0}}
+           "ping": {"type": "object", "maxProperties": 0}, "plan_route": ROUTE}
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
@@ -91,7 +101,7 @@ async def test_parallel_tool_calls_false_gives_one_call(oai: Any) -> None:
         check_calls(r.choices[0].message.tool_calls)
 
 
-@pytest.mark.parametrize("name", ["get_weather", "place_order", "ping"])
+@pytest.mark.parametrize("name", ["get_weather", "place_order", "ping", "plan_route"])
 async def test_named_tool_choice_calls_that_function(oai: Any, name: str) -> None:
     r = await oai.chat.completions.create(
         model="tiny", messages=MESSAGES, tools=TOOLS, seed=7, max_tokens=400,

@@ -61,11 +61,12 @@ class ToolParser:
     def stream(self) -> StreamParser:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def call_grammar(self, calls: list[dict[str, Any]], parallel: bool) -> str:  # pragma: no cover
-        """A Lark grammar (llguidance's dialect) whose sentences are calls in this format:
-        ``calls`` holds one JSON schema per function for its whole call object (``name`` and
-        ``arguments``, the keys ``extract`` reads); one call, or several when ``parallel``.
-        ``required`` and named ``tool_choice`` are served with it."""
+    def call_grammar(self, call: dict[str, Any], parallel: bool) -> str:  # pragma: no cover
+        """A Lark grammar (llguidance's dialect) whose sentences are calls in this format.
+        ``call`` is the JSON schema of one whole call object, ``{"name", "arguments"}`` (the
+        keys ``extract`` reads): one object schema, or ``anyOf`` them, with ``$defs`` at its
+        root. One call, or several when ``parallel``; ``required`` and named ``tool_choice``
+        are served with it."""
         raise NotImplementedError
 
     def extract(self, text: str) -> Parsed:
@@ -109,17 +110,18 @@ def held_prefix(text: str, marker: str) -> int:
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
-def json_rule(calls: list[dict[str, Any]], args_key: str = "arguments") -> str:
-    """A Lark ``%json`` rule body for any one of ``calls`` (their arguments under
-    ``args_key``)."""
-    items = [_rename(c, args_key) for c in calls]
-    schema = items[0] if len(items) == 1 else {"anyOf": items}
-    return "%json " + json.dumps({**schema, "x-guidance": JSON_LAYOUT}, ensure_ascii=False)
+def json_rule(call: dict[str, Any], args_key: str = "arguments") -> str:
+    """A Lark ``%json`` rule body for ``call`` (see ``ToolParser.call_grammar``), with the
+    arguments under ``args_key``."""
+    if args_key != "arguments":
+        if "anyOf" in call:
+            call = {**call, "anyOf": [_rename(c, args_key) for c in call["anyOf"]]}
+        else:
+            call = _rename(call, args_key)
+    return "%json " + json.dumps({**call, "x-guidance": JSON_LAYOUT}, ensure_ascii=False)
 
 
 def _rename(call: dict[str, Any], args_key: str) -> dict[str, Any]:
-    if args_key == "arguments":
-        return call
     props = {(args_key if k == "arguments" else k): v for k, v in call["properties"].items()}
     return {**call, "properties": props,
             "required": [args_key if k == "arguments" else k for k in call["required"]]}

@@ -149,11 +149,11 @@ class HermesParser(ToolParser):
     def stream(self) -> StreamParser:
         return HermesStream()
 
-    def call_grammar(self, calls: list[dict[str, Any]], parallel: bool) -> str:
+    def call_grammar(self, call: dict[str, Any], parallel: bool) -> str:
         more = ' ("\\n" call)*' if parallel else ""
         return (f"start: call{more}\n"
                 'call: "<tool_call>\\n" body "\\n</tool_call>"\n'
-                f"body: {json_rule(calls)}\n")
+                f"body: {json_rule(call)}\n")
 
     def extract(self, text: str) -> Parsed:
         out = super().extract(text)

@@ -73,9 +73,9 @@ class Llama3JsonStream(StreamParser):
 class Llama3JsonParser(ToolParser):
     name = "llama3_json"
 
-    def call_grammar(self, calls: list[dict[str, Any]], parallel: bool) -> str:
+    def call_grammar(self, call: dict[str, Any], parallel: bool) -> str:
         more = ' ("; " body)*' if parallel else ""
-        return f"start: body{more}\nbody: {json_rule(calls, 'parameters')}\n"
+        return f"start: body{more}\nbody: {json_rule(call, 'parameters')}\n"
 
     def stream(self) -> StreamParser:
         return Llama3JsonStream()
