@@ -24,9 +24,11 @@ import functools
 import json
 import re
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from msgspec import UNSET
 from msgspec.structs import replace
 
@@ -128,6 +130,35 @@ def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: 
     if not req.tools:
         raise ApiError(400, "tools is empty; send at least one function, or leave tools out",
                        param="tools", code="invalid_parameter")
+    # Agents send the same tools with every request: their checks and grammar are kept.
+    key = msgspec.json.encode((req.tools, req.tool_choice, req.parallel_tool_calls,
+                               parser_name))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _new_plan(req, parser_name)
+        _PLANS[key] = plan
+        if len(_PLANS) > _PLAN_CACHE:
+            _PLANS.popitem(last=False)
+    else:
+        _PLANS.move_to_end(key)
+    spec = plan.grammar()
+    if spec is not None:
+        if params.structured_outputs is not None:
+            raise ApiError(400, f"tool_choice {_choice_text(req.tool_choice)} constrains the "
+                           "reply to a tool call; it cannot be combined with response_format "
+                           "or structured_outputs", param="tool_choice",
+                           code="invalid_parameter")
+        params = replace(params, structured_outputs=spec)
+    return plan, params
+
+
+_PLAN_CACHE = 256
+_PLANS: OrderedDict[bytes, ToolPlan] = OrderedDict()
+
+
+def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
+    """The checked plan for ``req``'s tools and choice (400 naming what is wrong)."""
+    assert req.tools
     schemas: dict[str, Json] = {}
     tools: list[Json] = []
     for i, tool in enumerate(req.tools):
@@ -162,17 +193,12 @@ def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: 
         plan.mode = choice
     spec = plan.grammar()
     if spec is not None:
-        if params.structured_outputs is not None:
-            raise ApiError(400, f"tool_choice {_choice_text(choice)} constrains the reply to a "
-                           "tool call; it cannot be combined with response_format or "
-                           "structured_outputs", param="tool_choice", code="invalid_parameter")
         try:  # each schema compiled alone; together they may not (a pointer gone astray)
             check_spec(spec)
         except GrammarError as e:
             raise ApiError(400, f"the tools' parameter schemas do not compile into a call "
                            f"grammar: {e}", param="tools", code="invalid_parameter") from e
-        params = replace(params, structured_outputs=spec)
-    return plan, params
+    return plan
 
 
 def closed_objects(schema: Any) -> Any:
