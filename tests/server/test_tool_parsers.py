@@ -314,3 +314,24 @@ def test_auto_whole_reply_has_content_and_calls() -> None:
     assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather", "add"]
     state.finish_reason = "length"  # calls found, but the reply was cut: the reason stays
     assert _auto_format().full_choice(state)["finish_reason"] == "length"
+
+
+def test_tool_plans_are_kept_per_tools_and_choice() -> None:
+    from aioengine import SamplingParams
+    from aioengine.server.protocol import CHAT_DECODER
+    from aioengine.server.tools import plan_tools
+
+    def plan(tools: list, choice: Any = "required") -> Any:
+        req = CHAT_DECODER.decode(json.dumps({"messages": [{"role": "user", "content": "x"}],
+                                              "tools": tools, "tool_choice": choice}))
+        return plan_tools(req, SamplingParams(), "hermes")
+
+    first, params = plan(TOOLS)
+    again, params_again = plan(TOOLS)
+    assert again is first and params_again.structured_outputs == params.structured_outputs
+    other = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "integer"}}}}}]
+    changed, changed_params = plan(other)
+    assert changed is not first
+    assert '"integer"' in changed_params.structured_outputs.grammar
+    assert plan(TOOLS, "auto")[1].structured_outputs is None
