@@ -9,19 +9,35 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 import msgspec
 
 TRANSPORT_SCHEMES = ("zmq", "shm", "uds")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-DEVICES = ("auto", "cpu", "cuda")
-EXECUTORS = ("auto", "uniproc", "mp")
-LOAD_FORMATS = ("auto", "safetensors", "gguf", "dummy")
-DETOKENIZE_IN = ("host", "engine", "process")
-CPU_DECODE_ATTENTION = ("auto", "kernel", "sdpa")
-QUANTIZATIONS = ("gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k")
-QUANT_ACTIVATIONS = ("float32", "int16", "int8")
+# The choices of a field are its Literal annotation (the command line's choices come from it);
+# the tuples are the same values for validation messages and callers.
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+Device = Literal["auto", "cpu", "cuda"]
+Executor = Literal["auto", "uniproc", "mp"]
+LoadFormat = Literal["auto", "safetensors", "gguf", "dummy"]
+DetokenizeIn = Literal["host", "engine", "process"]
+CpuDecodeAttention = Literal["auto", "kernel", "sdpa"]
+Quantization = Literal["gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+QuantActivations = Literal["float32", "int16", "int8"]
+ReplicaFailure = Literal["fail", "degrade"]
+DistributedBackend = Literal["local", "ray"]
+DataParallelRouting = Literal["prefix", "least_loaded", "round_robin"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
+DEVICES: tuple[str, ...] = get_args(Device)
+EXECUTORS: tuple[str, ...] = get_args(Executor)
+LOAD_FORMATS: tuple[str, ...] = get_args(LoadFormat)
+DETOKENIZE_IN: tuple[str, ...] = get_args(DetokenizeIn)
+CPU_DECODE_ATTENTION: tuple[str, ...] = get_args(CpuDecodeAttention)
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
+QUANT_ACTIVATIONS: tuple[str, ...] = get_args(QuantActivations)
+REPLICA_FAILURE: tuple[str, ...] = get_args(ReplicaFailure)
+DISTRIBUTED_BACKENDS: tuple[str, ...] = get_args(DistributedBackend)
+DATA_PARALLEL_ROUTING: tuple[str, ...] = get_args(DataParallelRouting)
 
 
 @dataclass(frozen=True)
@@ -35,12 +51,12 @@ class EngineConfig:
     safetensors + tokenizer.json)."""
     tokenizer: str | None = None
     """Tokenizer directory; defaults to the model's."""
-    dtype: str = "auto"
+    dtype: Dtype = "auto"
     """``auto``, ``float32``, ``bfloat16`` or ``float16``. ``auto``: float32 on CPU, the
     checkpoint's dtype on GPU (bfloat16 when it names none)."""
-    device: str = "auto"
+    device: Device = "auto"
     """``auto`` (CUDA when torch sees a GPU, else CPU), ``cpu`` or ``cuda``."""
-    load_format: str = "auto"
+    load_format: LoadFormat = "auto"
     """``auto`` (what the model is: safetensors, GGUF; dummy for the shape presets),
     ``safetensors``, ``gguf`` (dequantized to ``dtype`` at load), or ``dummy`` (random weights
     of the real shapes, seeded by ``seed``)."""
@@ -48,7 +64,7 @@ class EngineConfig:
     """Seeds dummy weights and the sampler of requests without their own ``seed``."""
     transport: str = "shm"
     """``zmq``, ``shm``, ``uds``, or a full transport URL for the client<->engine channels."""
-    executor: str = "auto"
+    executor: Executor = "auto"
     """``uniproc`` (model in the engine process) or ``mp`` (one worker process per rank);
     ``auto`` picks uniproc for one rank and mp for tensor parallelism."""
     tensor_parallel_size: int = 1
@@ -78,7 +94,7 @@ class EngineConfig:
     """Share the KV blocks of identical prompt prefixes between requests."""
     enable_chunked_prefill: bool = True
     """Split long prompts over several steps so running requests keep decoding."""
-    detokenize_in: str = "host"
+    detokenize_in: DetokenizeIn = "host"
     """Where token ids become text: ``host`` (the client's output task), ``engine``, or
     ``process`` (a detokenizer process between client and engine)."""
     startup_timeout: float = 120.0
@@ -93,17 +109,17 @@ class EngineConfig:
     """uniproc on CPU: keep the engine process's I/O threads on the CPU its model loop runs on
     and give them that CPU when a step has queued output, so they never hold the GIL while the
     model computes (Linux; see docs/engine.md). Off: they run wherever the OS puts them."""
-    cpu_decode_attention: str = "auto"
+    cpu_decode_attention: CpuDecodeAttention = "auto"
     """Decode attention on CPU in float32: ``kernel`` (a C kernel compiled on first use with
     the system compiler, ``$AIOENGINE_CC`` or ``cc``, cached under ``$AIOENGINE_CACHE/kernels``;
     an error if it cannot be built), ``sdpa`` (torch SDPA), or ``auto`` (the kernel; SDPA with
     one warning when it cannot be built). Other devices and dtypes always use SDPA."""
-    quantization: str | None = None
+    quantization: Quantization | None = None
     """Keep linear weights (and the LM head) quantized in memory, computed by our C kernels on
     CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
     ``q4_0``, ``q4_1``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
     already of that type are kept). None: float weights (GGUF files dequantized at load)."""
-    quant_activations: str = "int16"
+    quant_activations: QuantActivations = "int16"
     """With ``quantization``, how activations meet the quantized weights on CPU: ``float32``
     (each weight dequantized in registers times the float activation), ``int16`` (activations
     rounded to 16 bits per 32 values, integer dot products), or ``int8`` (8 bits per 32 values,
@@ -113,6 +129,25 @@ class EngineConfig:
     """``host:port`` for torch.distributed rendezvous; a free loopback port when None."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form settings for experiments; not read by the engine itself."""
+    data_parallel_size: int = 1
+    """Engine replicas behind one client, each with its own channels and ``tensor_parallel_size``
+    workers; the client sends each request to the replica likely to hold its prompt prefix,
+    else the least loaded one (docs/scaling.md). ``num_threads`` None: the CPUs are split
+    between the replicas."""
+    replica_failure: ReplicaFailure = "fail"
+    """With ``data_parallel_size`` > 1, what a replica's death does: ``fail`` (the client is dead
+    as a whole, as with one engine) or ``degrade`` (only that replica's requests fail with
+    ``EngineDeadError``; the survivors keep serving, and stats and ``/health`` say so)."""
+    data_parallel_routing: DataParallelRouting = "prefix"
+    """How the client picks a replica: ``prefix`` (the one that last got a prompt with the
+    same leading blocks, unless it is much busier; else the least loaded), ``least_loaded``
+    (4 x waiting + running requests, as vLLM weighs them), or ``round_robin``."""
+    distributed_backend: DistributedBackend = "local"
+    """Where replicas run: ``local`` (child processes of this host) or ``ray`` (one Ray actor per
+    replica, placed by Ray on any node of the cluster; needs ``pip install aioengine[ray]``)."""
+    ray_force_tcp: bool = False
+    """With ``distributed_backend="ray"``: reach every replica over ``zmq+tcp://``, also those
+    on the host's own node (which otherwise use ``transport``)."""
 
     def __post_init__(self) -> None:
         _one_of("dtype", self.dtype, DTYPES)
@@ -125,6 +160,10 @@ class EngineConfig:
             raise ValueError(f"quantization must be None or one of {QUANTIZATIONS}, got "
                              f"{self.quantization!r}")
         _one_of("quant_activations", self.quant_activations, QUANT_ACTIVATIONS)
+        _one_of("replica_failure", self.replica_failure, REPLICA_FAILURE)
+        _one_of("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
+        _one_of("data_parallel_routing", self.data_parallel_routing, DATA_PARALLEL_ROUTING)
+        _positive("data_parallel_size", self.data_parallel_size)
         scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
         if scheme not in TRANSPORT_SCHEMES:
             raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "
@@ -184,21 +223,11 @@ class EngineConfig:
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         """Add one ``--flag`` per field (``--max-model-len``, ``--no-enable-prefix-caching``,
-        ...) to ``parser``, in an ``engine`` group."""
-        group = parser.add_argument_group("engine")
-        for f in fields(EngineConfig):
-            if f.name == "extra":
-                continue
-            flag = "--" + f.name.replace("_", "-")
-            default = f.default
-            if f.type in ("bool",):
-                group.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-                continue
-            kind = {"int": int, "float": float, "int | None": int, "float | None": float}.get(
-                str(f.type), str)
-            choices = _CHOICES.get(f.name)
-            group.add_argument(flag, type=kind, default=default, choices=choices,
-                               help=(f"(default: {default})"))
+        ...) to ``parser``, in an ``engine`` group: types and choices from the annotations,
+        help from the field docstrings above."""
+        from aioengine.field_args import add_field_args
+
+        add_field_args(parser.add_argument_group("engine"), EngineConfig, exclude=("extra",))
         return parser
 
     @classmethod
@@ -207,12 +236,6 @@ class EngineConfig:
         kwargs = {f.name: getattr(args, f.name) for f in fields(cls)
                   if f.name != "extra" and hasattr(args, f.name)}
         return cls(**kwargs)
-
-
-_CHOICES = {"dtype": DTYPES, "device": DEVICES, "executor": EXECUTORS,
-            "load_format": LOAD_FORMATS, "detokenize_in": DETOKENIZE_IN,
-            "cpu_decode_attention": CPU_DECODE_ATTENTION, "quantization": QUANTIZATIONS,
-            "quant_activations": QUANT_ACTIVATIONS}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -32,7 +32,8 @@ def weight_bytes(model: torch.nn.Module) -> int:
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     if model.lm_head is None and model.embed_tokens.qhead is None:
         return total  # tied float head: the table is read once, as the head
-    total -= model.embed_tokens.weight.numel() * 4  # lookups read one row
+    if model.embed_tokens.weight is not None:  # a GGUF table is looked up from its blocks
+        total -= model.embed_tokens.weight.numel() * 4  # lookups read one row
     for m in model.modules():
         for attr in ("qweight", "qhead"):
             qw = getattr(m, attr, None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 Buffer = bytes | bytearray | memoryview
 """What ``send`` accepts for a header or buffer (anything exposing a contiguous buffer)."""
@@ -32,6 +33,9 @@ class Message:
     """The out-of-band buffers sent with it, in order (empty for most messages)."""
 
 
+_E = TypeVar("_E", bound="Endpoint")
+
+
 class Endpoint(abc.ABC):
     """Common to every endpoint: an address to report, and an idempotent close."""
 
@@ -46,7 +50,7 @@ class Endpoint(abc.ABC):
         endpoint with ``ChannelClosedError``. The binding side removes its socket file or
         segment here."""
 
-    def __enter__(self):
+    def __enter__(self: _E) -> _E:
         return self
 
     def __exit__(self, *exc: object) -> None:

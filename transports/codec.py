@@ -15,10 +15,12 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from transports.base import AsyncReader, AsyncWriter, Buffer, SyncReader, SyncWriter
+from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, SyncReader, SyncWriter
 from transports.errors import DecodeError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=Endpoint)
+_Self = TypeVar("_Self", bound="_Typed[Any]")
 
 OOB_EXT = 1  # msgpack ext code of an out-of-band buffer reference (payload: uint32 LE index)
 DEFAULT_OOB_THRESHOLD = 64 * 1024
@@ -107,7 +109,8 @@ class Decoder(Generic[T]):
         not fit raises ``DecodeError``."""
         self._buffers = buffers
         try:
-            return self._dec.decode(header)
+            value: T = self._dec.decode(header)
+            return value
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as e:
             name = getattr(self.type, "__name__", repr(self.type))
             raise DecodeError(f"cannot decode a {len(header)}-byte frame as {name}: {e}") from e
@@ -125,8 +128,8 @@ def _dec_hook(type_: type, obj: Any) -> Any:
     raise TypeError(f"unsupported type {type_!r} in a channel message type")
 
 
-class _Typed:
-    def __init__(self, endpoint: Any) -> None:
+class _Typed(Generic[E]):
+    def __init__(self, endpoint: E) -> None:
         self.endpoint = endpoint
 
     @property
@@ -136,14 +139,14 @@ class _Typed:
     def close(self) -> None:
         self.endpoint.close()
 
-    def __enter__(self) -> Any:
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class TypedSender(_Typed):
+class TypedSender(_Typed[SyncWriter]):
     """``send(obj)`` on a blocking writer."""
 
     def __init__(self, writer: SyncWriter, encoder: Encoder | None = None) -> None:
@@ -157,7 +160,7 @@ class TypedSender(_Typed):
         self.endpoint.send(header, buffers, timeout)
 
 
-class TypedReceiver(_Typed, Generic[T]):
+class TypedReceiver(_Typed[SyncReader], Generic[T]):
     """``recv() -> T`` on a blocking reader."""
 
     def __init__(self, reader: SyncReader, decoder: Decoder[T]) -> None:
@@ -171,7 +174,7 @@ class TypedReceiver(_Typed, Generic[T]):
         return self.decoder.decode(msg.header, msg.buffers)
 
 
-class AsyncTypedSender(_Typed):
+class AsyncTypedSender(_Typed[AsyncWriter]):
     """``await send(obj)`` on an asyncio writer."""
 
     def __init__(self, writer: AsyncWriter, encoder: Encoder | None = None) -> None:
@@ -185,7 +188,7 @@ class AsyncTypedSender(_Typed):
         await self.endpoint.send(header, buffers, timeout)
 
 
-class AsyncTypedReceiver(_Typed, Generic[T]):
+class AsyncTypedReceiver(_Typed[AsyncReader], Generic[T]):
     """``await recv() -> T`` on an asyncio reader."""
 
     def __init__(self, reader: AsyncReader, decoder: Decoder[T]) -> None:

@@ -22,7 +22,7 @@ binder's first operation waits for its peer(s).
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import Protocol, cast
 
 from transports.base import AsyncReader, AsyncWriter, SyncReader, SyncWriter
 from transports.errors import AddressError
@@ -44,6 +44,30 @@ peers."""
 _MODULES = {"zmq": "transports.zmq", "shm": "transports.shm", "uds": "transports.uds"}
 
 
+class _Implementation(Protocol):
+    """What every implementation module provides (the eight functions above)."""
+
+    __name__: str
+
+    def open_writer(self, address: str | None, *, bind: bool, capacity: int,
+                    connect_timeout: float) -> SyncWriter: ...
+    def open_reader(self, address: str | None, *, bind: bool, capacity: int,
+                    connect_timeout: float) -> SyncReader: ...
+    def open_broadcast_writer(self, address: str | None, num_readers: int, *, capacity: int,
+                              connect_timeout: float) -> SyncWriter: ...
+    def open_broadcast_reader(self, address: str | None, rank: int, *,
+                              connect_timeout: float) -> SyncReader: ...
+    async def open_async_writer(self, address: str | None, *, bind: bool, capacity: int,
+                                connect_timeout: float) -> AsyncWriter: ...
+    async def open_async_reader(self, address: str | None, *, bind: bool, capacity: int,
+                                connect_timeout: float) -> AsyncReader: ...
+    async def open_async_broadcast_writer(self, address: str | None, num_readers: int, *,
+                                          capacity: int, connect_timeout: float
+                                          ) -> AsyncWriter: ...
+    async def open_async_broadcast_reader(self, address: str | None, rank: int, *,
+                                          connect_timeout: float) -> AsyncReader: ...
+
+
 def transport_names() -> list[str]:
     """The short names accepted as URLs or URL schemes: ``["zmq", "shm", "uds"]``."""
     return list(_MODULES)
@@ -54,17 +78,17 @@ def default_capacity(url: str) -> int:
     return _capacity(_resolve(url)[0], None)
 
 
-def _capacity(mod: ModuleType, capacity: int | None) -> int:
+def _capacity(mod: _Implementation, capacity: int | None) -> int:
     """``capacity``, or the transport's default for None (validated by the implementation)."""
     if capacity is None:
         return DEFAULT_CAPACITIES[mod.__name__.rpartition(".")[2]]
     return capacity
 
 
-def _resolve(url: str) -> tuple[ModuleType, str | None]:
+def _resolve(url: str) -> tuple[_Implementation, str | None]:
     """Split ``url`` into (implementation module, implementation-specific address or None)."""
     if url in _MODULES:
-        return importlib.import_module(_MODULES[url]), None
+        return _implementation(url), None
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise AddressError(f"not a transport URL: {url!r} (expected one of {transport_names()} or "
@@ -76,7 +100,11 @@ def _resolve(url: str) -> tuple[ModuleType, str | None]:
     if kind == "zmq" and not sub:
         raise AddressError(
             f"zmq URLs need a wire: zmq+ipc://PATH or zmq+tcp://HOST:PORT, got {url!r}")
-    return importlib.import_module(_MODULES[kind]), address
+    return _implementation(kind), address
+
+
+def _implementation(kind: str) -> _Implementation:
+    return cast(_Implementation, importlib.import_module(_MODULES[kind]))
 
 
 def open_writer(url: str, *, bind: bool = True, capacity: int | None = None,

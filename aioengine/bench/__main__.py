@@ -34,45 +34,36 @@ if __name__ == "__main__":  # before the imports below: Ctrl-C meanwhile is one 
 from aioengine.bench import suites  # noqa: E402
 from aioengine.bench.options import BenchOptions  # noqa: E402
 from aioengine.bench.results import Result, print_table, write_json  # noqa: E402
+from aioengine.field_args import add_field_args, field_help, values_from_args  # noqa: E402
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG,
                                 description="Benchmarks of aioengine and its transports.")
     p.add_argument("suite", nargs="?", default="all", choices=["all", *suites.suite_names()],
                    help="which suite to run (default: all)")
-    p.add_argument("--model", default="tiny",
-                   help="tiny, a preset name (smollm2-135m-instruct: real weights), a GGUF "
-                        "file or a local model directory; with --endpoint, "
-                        "its tokenizer must match the server's model (default: tiny)")
-    p.add_argument("--quick", action="store_true", help="small sizes: seconds, not minutes")
-    p.add_argument("--only", default="",
-                   help="comma-separated names to restrict a suite to (e.g. uds,mp_queue)")
-    p.add_argument("--rate", type=float, default=None,
-                   help="serve: one request rate in requests/s (default: a sweep; quick: 4)")
-    p.add_argument("--endpoint", default=None, metavar="URL",
-                   help="serve: an OpenAI-compatible server's base URL (e.g. "
-                        "http://127.0.0.1:8000) instead of an in-process AsyncMPClient")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads per model process (EngineConfig.num_threads), the same "
-                        "for every side: engines, workers, the transformers baseline, the bare "
-                        "loop; peers: the one thread count to compare at (default: the "
-                        "engine's policy, (CPUs - 1) per rank; peers: 1 and 2)")
-    p.add_argument("--llama-cpp", default=None, metavar="DIR",
-                   help="peers: a llama.cpp build directory holding llama-bench and "
-                        "llama-server (or their bin/)")
-    p.add_argument("--quantization", default=None, metavar="Q",
-                   help="peers: our engine keeps weights quantized (EngineConfig.quantization, "
-                        "e.g. gguf: the file's own blocks) instead of dequantizing at load")
-    p.add_argument("--build-llama-cpp", action="store_true",
-                   help="peers: build llama.cpp from the llama-cpp-python sdist into the "
-                        "aioengine cache first when no build is there (minutes)")
+    # The options every suite reads are BenchOptions fields: help from their docstrings.
+    add_field_args(p, BenchOptions, exclude=("only",),
+                   metavars={"model": "M", "rate": "R", "endpoint": "URL", "threads": "N",
+                             "llama_cpp": "DIR"})
+    p.add_argument("--only", default="", metavar="A,B",
+                   help=field_help(BenchOptions, "only") + " (default: every name)")
     p.add_argument("--json", metavar="FILE", help="write results, machine and config as JSON")
     p.add_argument("--plot", metavar="DIR",
                    help="write PNG charts (bars per metric, latency CDFs, throughput against "
                         "request rate); needs matplotlib")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def options_from_args(args: argparse.Namespace) -> BenchOptions:
+    """The options of parsed arguments (``--only`` is one comma-separated string)."""
+    values = values_from_args(BenchOptions, args)
+    values["only"] = tuple(n for n in args.only.split(",") if n)
+    return BenchOptions(**values)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,13 +82,7 @@ def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        options = BenchOptions(quick=args.quick, model=args.model,
-                               only=tuple(n for n in args.only.split(",") if n),
-                               progress=not args.no_progress, rate=args.rate,
-                               endpoint=args.endpoint, threads=args.threads,
-                               llama_cpp=args.llama_cpp,
-                               build_llama_cpp=args.build_llama_cpp,
-                               quantization=args.quantization)
+        options = options_from_args(args)
         _check_model(args.model)
     except (ValueError, FileNotFoundError) as e:
         print(f"python -m aioengine.bench: error: {e}", file=sys.stderr)

@@ -5,19 +5,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from aioengine.config import Quantization
+
 
 @dataclass(frozen=True)
 class BenchOptions:
+    """The options of one bench run; each field is a flag of ``python -m aioengine.bench``
+    (its help is the docstring below)."""
+
     quick: bool = False
+    """Small sizes: seconds per suite, not minutes (what ``make bench`` runs)."""
     model: str = "tiny"
-    only: tuple[str, ...] = ()  # restrict a suite to these names (transports, baselines...)
+    """tiny, a preset name (smollm2-135m-instruct: real weights), a GGUF file or a local model
+    directory; with --endpoint, its tokenizer must match the server's model."""
+    only: tuple[str, ...] = ()
+    """Comma-separated names to restrict a suite to (transports, baselines, ...), e.g.
+    uds,mp_queue."""
     progress: bool = True
-    rate: float | None = None  # serve: one request rate (req/s) instead of the default sweep
-    endpoint: str | None = None  # serve: an OpenAI-compatible base URL instead of AsyncMPClient
-    threads: int | None = None  # EngineConfig.num_threads for every model process; None: policy
-    llama_cpp: str | None = None  # peers: a directory holding llama-bench and llama-server
-    build_llama_cpp: bool = False  # peers: build llama.cpp into the cache when none is there
-    quantization: str | None = None  # peers: EngineConfig.quantization of our side
+    """Progress bars on stderr while suites run."""
+    rate: float | None = None
+    """serve: one request rate in requests/s instead of the default sweep (quick: 4)."""
+    endpoint: str | None = None
+    """serve: an OpenAI-compatible server's base URL (e.g. http://127.0.0.1:8000) instead of
+    an in-process AsyncMPClient."""
+    threads: int | None = None
+    """torch threads per model process (EngineConfig.num_threads), the same for every side:
+    engines, workers, the transformers baseline, the bare loop; peers: the one thread count to
+    compare at. None: the engine's policy, (CPUs - 1) per rank; peers: 1 and 2."""
+    llama_cpp: str | None = None
+    """peers: a llama.cpp build directory holding llama-bench and llama-server (or their
+    bin/)."""
+    build_llama_cpp: bool = False
+    """peers: build llama.cpp from the llama-cpp-python sdist into the aioengine cache first
+    when no build is there (minutes)."""
+    quantization: Quantization | None = None
+    """peers: our engine keeps weights quantized (EngineConfig.quantization, e.g. gguf: the
+    file's own blocks) instead of dequantizing them at load."""
 
     def __post_init__(self) -> None:
         if self.rate is not None and not (self.rate > 0 and self.rate != float("inf")):

@@ -411,7 +411,7 @@ def decode_read_bytes(model: Any) -> int:
             if quantized is not None:
                 total += quantized.nbytes
     embed = model.embed_tokens
-    if model.lm_head is not None or embed.qhead is not None:
+    if embed.weight is not None and (model.lm_head is not None or embed.qhead is not None):
         total -= embed.weight.numel() * embed.weight.element_size()
     return total
 

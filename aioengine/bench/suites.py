@@ -13,6 +13,7 @@ SUITES: tuple[tuple[str, str, str], ...] = (
     ("overhead", "aioengine.bench.overhead", "batch-1 decode through the client vs a bare loop"),
     ("serve", "aioengine.bench.serve", "online latency under Poisson arrivals"),
     ("peers", "aioengine.bench.peers", "decode/prefill/serving vs llama.cpp on one GGUF file"),
+    ("scale", "aioengine.bench.scale", "data-parallel replicas vs one engine; prefix routing"),
 )
 
 

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -21,8 +21,17 @@ import msgspec
 
 from aioengine.client.admission import Admission
 from aioengine.client.chat_template import ChatMessage
+from aioengine.client.dp import replica_calls
+from aioengine.client.dp.replica_calls import on_replica_dead
+from aioengine.client.dp.replicas import (
+    Replica,
+    build_replicas,
+    close_all_sync,
+    launch_replicas,
+    weak_callback,
+)
+from aioengine.client.dp.router import PrefixRouter
 from aioengine.client.engine_death import EngineDeath
-from aioengine.client.engine_messages import EngineMessageRouter
 from aioengine.client.inputs import (
     Prompt,
     check_params,
@@ -31,7 +40,7 @@ from aioengine.client.inputs import (
     prompt_token_ids,
     text_size,
 )
-from aioengine.client.launch import EngineProcess, launch_engine
+from aioengine.client.launch import EngineProcess
 from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
@@ -93,15 +102,15 @@ class AsyncMPClient:
         self._wire_seq = itertools.count()
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
-        self._pending_aborts: list[str] = []
+        self._pending_aborts: list[tuple[int, str]] = []  # (replica, wire id)
         self._background: set[asyncio.Task[None]] = set()
-        self._output_task: asyncio.Task[None] | None = None
-        self._send_lock: asyncio.Lock | None = None
+        self._output_tasks: list[asyncio.Task[None]] = []
+        self._replicas: list[Replica] = []  # one engine each (``client/dp``)
+        self._pick: PrefixRouter | None = None  # with data parallelism only
         self._loop: asyncio.AbstractEventLoop | None = None
         self._death = EngineDeath(self._streams, self._calls)
         self._admission = Admission(self.config.max_queued_requests,
                                     self.config.max_queued_tokens)
-        self._router = EngineMessageRouter(self._by_wire, self._calls, self._death)
         self._closed = False
         self._encoder = msgspec.msgpack.Encoder()
 
@@ -122,20 +131,29 @@ class AsyncMPClient:
             return
         check_main_is_guarded()  # before anything is bound: a child exits here
         self._loop = self._death.loop = asyncio.get_running_loop()
-        self._send_lock = asyncio.Lock()
-        # The death holds no reference to us: the monitor thread must not keep us alive.
-        self._engine = await launch_engine(self.config, self._death.from_monitor_thread)
+        # The deaths hold no reference to us: the monitor threads must not keep us alive.
+        replicas = build_replicas(self.config.data_parallel_size, self._death, self._calls,
+                                  self._by_wire, weak_callback(self, on_replica_dead))
+        engines = await launch_replicas(self.config, replicas, self._loop)
+        self._engine = engines[0]
         try:
             self._tokenizer = await asyncio.to_thread(Tokenizer.from_dir,
                                                       self._engine.tokenizer_path)
         except BaseException:
-            await self._engine.close()
+            await asyncio.gather(*(e.close() for e in engines))
             raise
+        self._replicas = replicas
+        if len(replicas) > 1:
+            self._pick = PrefixRouter([r.load for r in replicas], self.config.block_size,
+                                      policy=self.config.data_parallel_routing)
         # Runs if the owner forgets shutdown(): no child, file or segment outlives the host.
-        self._finalizer = weakref.finalize(self, self._engine.close_sync)
-        self._output_task = self._loop.create_task(
-            output_loop(weakref.ref(self), self._engine.outputs), name="aioengine-output")
-        self._death.watching = True
+        self._finalizer = weakref.finalize(self, close_all_sync, engines)
+        self._output_tasks = [self._loop.create_task(
+            output_loop(r.router, r.death, weakref.WeakMethod(self._abort_soon),
+                        e.outputs), name=f"aioengine-output-{i}")
+            for i, (r, e) in enumerate(zip(replicas, engines, strict=True))]
+        for r in replicas:
+            r.death.watching = True  # from now on a death is declared (start() raised before)
 
     async def shutdown(self) -> None:
         """Stop the engine and release every resource. Idempotent. From a loop other than the
@@ -148,18 +166,21 @@ class AsyncMPClient:
                 self._check_loop()  # raises
             # Its tasks died with their loop: only the processes remain.
             self._closed = self._death.quiet = True
-            self._set_dead(EngineDeadError("the client was shut down"))
+            self._death.declare(EngineDeadError("the client was shut down"))
             if self._engine is not None:
                 await asyncio.to_thread(self._finalizer)
             return
         self._closed = self._death.quiet = True
-        self._set_dead(EngineDeadError("the client was shut down"))
-        tasks = [t for t in (self._output_task, *self._background) if t is not None]
+        for r in self._replicas:
+            r.death.quiet = True
+        self._death.declare(EngineDeadError("the client was shut down"))
+        tasks = [*self._output_tasks, *self._background]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._engine is not None:
-            await self._engine.close()
+            await asyncio.gather(*(r.engine.close() for r in self._replicas
+                                   if r.engine is not None))
             self._finalizer.detach()
 
     @property
@@ -198,11 +219,15 @@ class AsyncMPClient:
     @property
     def process_ids(self) -> dict[str, int]:
         """Pids of the processes this client started directly (the engine, and the
-        detokenizer with ``detokenize_in="process"``); workers are the engine's children."""
+        detokenizer with ``detokenize_in="process"``; with replicas, ``-<index>`` after each
+        name); workers are the engine's children."""
         self._check_started()
-        assert self._engine is not None
-        sup = self._engine.supervisor
-        return {name: sup.pid(name) for name in sup.names}
+        return replica_calls.process_ids(self._replicas)
+
+    @property
+    def replicas_alive(self) -> int:
+        """Replicas serving (``data_parallel_size`` unless one died in ``degrade`` mode)."""
+        return sum(r.load.alive and r.death.error is None for r in self._replicas)
 
     def _check_started(self) -> None:
         if self._engine is None:
@@ -240,37 +265,37 @@ class AsyncMPClient:
 
     async def generate(self, prompt: Prompt, params: SamplingParams | None = None, *,
                        request_id: str | None = None, priority: int = 0
-                       ) -> AsyncIterator[RequestOutput]:
+                       ) -> AsyncGenerator[RequestOutput, None]:
         """Stream one request's outputs. Leaving the loop early (break, cancellation, closing
         the generator) aborts the request in the engine."""
         if isinstance(prompt, str) and len(prompt) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare, prompt, params)
+            ids, checked = await asyncio.to_thread(self.prepare, prompt, params)
         else:
-            ids, params = self.prepare(prompt, params)
+            ids, checked = self.prepare(prompt, params)
         # aclosing: closing this generator closes the inner one now (its cleanup aborts the
         # request), not whenever the loop's async-generator finalizer gets to it.
-        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+        async with aclosing(self.generate_prepared(ids, checked, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
                 yield out
 
     async def chat(self, messages: Sequence[ChatMessage], params: SamplingParams | None = None,
                    *, request_id: str | None = None, priority: int = 0,
-                   **template_kwargs: Any) -> AsyncIterator[RequestOutput]:
+                   **template_kwargs: Any) -> AsyncGenerator[RequestOutput, None]:
         """Apply the model's chat template to ``messages`` and stream the reply."""
         if text_size(messages) > INLINE_TEXT_CHARS:
-            ids, params = await asyncio.to_thread(self.prepare_chat, messages, params,
-                                                  **template_kwargs)
+            ids, checked = await asyncio.to_thread(self.prepare_chat, messages, params,
+                                                   **template_kwargs)
         else:
-            ids, params = self.prepare_chat(messages, params, **template_kwargs)
-        async with aclosing(self.generate_prepared(ids, params, request_id=request_id,
+            ids, checked = self.prepare_chat(messages, params, **template_kwargs)
+        async with aclosing(self.generate_prepared(ids, checked, request_id=request_id,
                                                    priority=priority)) as stream:
             async for out in stream:
                 yield out
 
     async def generate_prepared(self, ids: list[int], params: SamplingParams, *,
                                 request_id: str | None = None, priority: int = 0
-                                ) -> AsyncIterator[RequestOutput]:
+                                ) -> AsyncGenerator[RequestOutput, None]:
         """``generate`` for the output of ``prepare`` (batch callers check everything first)."""
         self._check_alive()
         self._check_loop()
@@ -284,35 +309,54 @@ class AsyncMPClient:
         # a caller's reused id apart from it.
         wire_id = f"{rid}#{next(self._wire_seq)}"
         self._admission.admit(wire_id, len(ids))  # EngineOverloadedError: nothing was sent
-        stream = RequestStream(RequestState(rid, ids, params, detok, now), wire_id)
-        state = stream.state
+        try:
+            replica = self._replicas[self._pick.pick(ids) if self._pick is not None else 0]
+        except LookupError:  # no replica alive: the client is being declared dead
+            self._admission.started(wire_id)
+            raise self._death.fresh_error() from None
+        stream = RequestStream(RequestState(rid, ids, params, detok, now), wire_id,
+                               replica.index)
+        state, load = stream.state, replica.load
+        load.waiting += 1
+        load.routed += 1
         self._streams[rid] = stream  # registered before any await: duplicate ids are caught
         self._by_wire[wire_id] = stream
         waiting = True  # counted by admission control until the first output arrives
         try:
             # eos_token_id None: the engine stops on every eos id the model declares.
-            await self._send(AddRequest(wire_id, ids, params, now, priority))
+            await self._send(AddRequest(wire_id, ids, params, now, priority), replica)
             while True:
                 if not state.has_news():
-                    if self._death.error is not None:
-                        raise self._death.fresh_error()
+                    # One engine: the replica's death is the client's; with replicas either
+                    # ends this stream.
+                    dead = self._death if self._death.error is not None else replica.death
+                    if dead.error is not None:
+                        raise dead.fresh_error()
                     stream.event.clear()
                     await stream.event.wait()
                     continue
                 if waiting:
                     self._admission.started(wire_id)
                     waiting = False
+                    load.waiting -= 1
+                    load.running += 1
                 out = state.take_output()
                 yield out
                 if out.finished:
                     return
         finally:
             self._admission.started(wire_id)
+            if waiting:
+                load.waiting -= 1
+            else:
+                load.running -= 1
+            load.finished += 1
             if self._streams.get(rid) is stream:
                 del self._streams[rid]
-            del self._by_wire[wire_id]
-            if not state.finished and self._death.error is None:
+            if not state.finished and self._death.error is None \
+                    and replica.death.error is None:
                 self._abort_soon(wire_id)
+            del self._by_wire[wire_id]
 
     async def abort(self, request_id: str) -> None:
         """Abort a request: its stream ends with finish_reason "abort" and the engine frees its
@@ -324,52 +368,64 @@ class AsyncMPClient:
             return
         stream.state.fail("abort", None, time.time())
         stream.event.set()
-        await self._send(AbortRequests([stream.wire_id]))
+        await self._send(AbortRequests([stream.wire_id]), self._replicas[stream.replica])
 
     async def get_stats(self, timeout: float = 30.0) -> EngineStats:
-        """A snapshot of the engine's scheduler and KV cache."""
-        return msgspec.convert(await self._call("get_stats", timeout=timeout), EngineStats)
+        """A snapshot of the engine's scheduler and KV cache. With data parallelism: the total
+        over the live replicas, each replica's own in ``replicas`` (``None`` for a dead one)."""
+        return await replica_calls.get_stats(self, timeout)
 
     async def check_health(self, timeout: float = 10.0) -> None:
-        """Raise ``EngineDeadError`` unless the engine answers a ping within ``timeout``."""
-        try:
-            await self._call("ping", timeout=timeout)
-        except TimeoutError as e:
-            raise EngineDeadError(f"the engine did not answer a ping within {timeout} s") from e
+        """Raise ``EngineDeadError`` unless the engine (every live replica) answers a ping
+        within ``timeout``."""
+        await replica_calls.each_live(self, "ping", timeout)
 
     async def reset_prefix_cache(self, timeout: float = 30.0) -> Any:
-        """Forget every cached prompt prefix (blocks in use keep serving their requests)."""
-        return await self._call("reset_prefix_cache", timeout=timeout)
+        """Forget every cached prompt prefix (blocks in use keep serving their requests);
+        with data parallelism on every live replica (a list of their answers)."""
+        if len(self._replicas) == 1:
+            return await self._call("reset_prefix_cache", timeout=timeout)
+        if self._pick is not None:
+            self._pick.forget_all()
+        return await replica_calls.each_live(self, "reset_prefix_cache", timeout)
 
-    async def _call(self, method: str, *args: Any, timeout: float) -> Any:
+    async def _call(self, method: str, *args: Any, timeout: float,
+                    replica: Replica | None = None) -> Any:
         self._check_alive()
         self._check_loop()
         assert self._loop is not None
+        replica = replica if replica is not None else self._replicas[0]
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._calls[call_id] = fut
+        self._calls[call_id] = replica.calls[call_id] = fut
         try:
-            await self._send(UtilityCall(call_id, method, list(args)))
+            await self._send(UtilityCall(call_id, method, list(args)), replica)
             return await asyncio.wait_for(fut, timeout)
         finally:
             self._calls.pop(call_id, None)
+            replica.calls.pop(call_id, None)
 
     # ---- sending ------------------------------------------------------------------------
-    async def _send(self, msg: ClientMessage) -> None:
-        assert self._engine is not None and self._send_lock is not None
+    async def _send(self, msg: ClientMessage, replica: Replica) -> None:
+        assert replica.engine is not None
         frame = self._encoder.encode(msg)
+        death = replica.death
         try:
-            async with self._send_lock:
+            async with replica.send_lock:
                 if self._death.error is not None:
                     raise self._death.fresh_error()
-                await self._engine.requests.send(frame)
+                if death.error is not None:
+                    raise death.fresh_error()
+                await replica.engine.requests.send(frame)
         except TransportError as e:
-            self._set_dead(EngineDeadError(f"the engine's request channel failed: {e}"))
-            raise self._death.fresh_error() from e
+            death.declare(EngineDeadError(f"the engine's request channel failed: {e}"))
+            raise (self._death if self._death.error is not None else death).fresh_error() \
+                from e
 
     def _abort_soon(self, request_id: str) -> None:
         """Abort from places that cannot await (a generator's cleanup, the output task)."""
-        self._pending_aborts.append(request_id)
+        stream = self._by_wire.get(request_id)
+        self._pending_aborts.append((stream.replica if stream is not None else 0, request_id))
         if len(self._pending_aborts) == 1 and self._loop is not None and not self._closed:
             task = self._loop.create_task(self._flush_aborts())
             self._background.add(task)
@@ -377,18 +433,6 @@ class AsyncMPClient:
 
     async def _flush_aborts(self) -> None:
         await asyncio.sleep(0)  # let a burst of cancellations collect into one message
-        ids, self._pending_aborts = self._pending_aborts, []
-        if ids and self._death.error is None:
-            try:
-                await self._send(AbortRequests(ids))
-            except EngineDeadError:
-                pass  # every stream is failing already
+        pending, self._pending_aborts = self._pending_aborts, []
+        await replica_calls.send_aborts(self, pending)
 
-    # ---- receiving and death (``engine_messages``, ``engine_death``) ----------------------
-    def _on_frame(self, header: memoryview) -> bool:
-        """One engine message, from ``output_loop``; False when the loop must end."""
-        return self._router.on_frame(header, self._abort_soon)
-
-    def _set_dead(self, error: EngineDeadError) -> None:
-        """Declare the engine dead (the first cause wins); see ``EngineDeath.declare``."""
-        self._death.declare(error)

@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 
-from aioengine.engine.detokenize import EngineDetokenizer
 from aioengine.messages.engine_io import (
     AbortRequests,
     AddRequest,
@@ -25,7 +24,9 @@ from aioengine.messages.engine_io import (
     EngineMessage,
     StepOutputs,
 )
+from aioengine.messages.launch import DetokLaunch
 from aioengine.runtime.busy_loop import BusyLoopTarget, LoopContext
+from aioengine.text.detokenize import EngineDetokenizer
 from transports import (
     ChannelClosedError,
     PeerClosedError,
@@ -37,14 +38,6 @@ from transports import (
 
 logger = logging.getLogger(__name__)
 POLL = 0.1  # seconds a blocking recv waits before looking at the shutdown flag
-
-
-class DetokLaunch(msgspec.Struct, frozen=True):
-    tokenizer_path: str
-    host_requests_url: str  # the host's writer; we connect a reader
-    host_outputs_url: str  # the host's reader; we connect a writer
-    engine_transport: str  # scheme or URL to bind the engine-facing channels on
-    connect_timeout: float = 30.0
 
 
 def make_detokenizer(args: bytes) -> DetokenizerProcess:

@@ -73,7 +73,7 @@ class InprocClient:
                 self.core.abort([delta.request_id])  # a stop string ended it
 
     def generate_all(self, requests: Sequence[tuple[list[int], SamplingParams]],
-                     on_finished: Callable[[], None] | None = None) -> list[RequestOutput]:
+                     on_finished: Callable[[], object] | None = None) -> list[RequestOutput]:
         self._check_open()
         order = [self._add(ids, params) for ids, params in requests]
         states = {s.request_id: s for s in order}

@@ -28,6 +28,10 @@ def check_params(params: SamplingParams | None, vocab_size: int) -> SamplingPara
     bad = [t for t in params.stop_token_ids if t >= vocab_size]
     if bad:
         raise ValueError(f"stop_token_ids {bad} are outside the vocabulary (size {vocab_size})")
+    bad = [t for t in params.logit_bias or () if t >= vocab_size]
+    if bad:
+        raise ValueError(f"logit_bias token ids {bad} are outside the vocabulary (size "
+                         f"{vocab_size})")
     return params
 
 
@@ -37,7 +41,7 @@ def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -
             raise ValueError("prompt is empty")
         ids = tokenizer.encode(prompt)
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-        ids = list(prompt)
+        ids = [*prompt]
         vocab = tokenizer.vocab_size
         for i, t in enumerate(ids):
             if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:

@@ -12,22 +12,19 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
-from aioengine.client.detok_proc import DetokLaunch
 from aioengine.config import EngineConfig
-from aioengine.engine.core_proc import TARGET as ENGINE_TARGET
-from aioengine.engine.core_proc import EngineLaunch
 from aioengine.hub import ResolvedModel, resolve_model
+from aioengine.messages.launch import DETOK_TARGET, ENGINE_TARGET, DetokLaunch, EngineLaunch
 from aioengine.runtime import ChildSpec, EngineDeadError, EngineStartupError, Supervisor
 from aioengine.runtime.errors import describe_exitcode
 from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
 
 logger = logging.getLogger(__name__)
 
-DETOK_TARGET = "aioengine.client.detok_proc:make_detokenizer"
 ENGINE_NAME = "aioengine-engine"
 DETOK_NAME = "aioengine-detokenizer"
 
@@ -50,10 +47,22 @@ class EngineReady:
             raise EngineStartupError(f"the engine's READY payload is malformed: {e}") from e
 
 
+class EngineOwner(Protocol):
+    """What the client asks of whoever holds the engine's process: a local ``Supervisor`` or,
+    for a replica on Ray, the handle of its actor."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def pid(self, name: str) -> int: ...
+
+    def shutdown(self) -> None: ...
+
+
 class EngineProcess:
     """The running engine as the client sees it: two endpoints and a supervisor."""
 
-    def __init__(self, supervisor: Supervisor, requests: AsyncWriter, outputs: AsyncReader,
+    def __init__(self, supervisor: EngineOwner, requests: AsyncWriter, outputs: AsyncReader,
                  ready: EngineReady, resolved: ResolvedModel) -> None:
         self.supervisor = supervisor
         self.requests = requests

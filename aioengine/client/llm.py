@@ -101,7 +101,7 @@ def _as_batch(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
 def _params_list(params: ParamsArg, n: int) -> list[SamplingParams | None]:
     if params is None or isinstance(params, SamplingParams):
         return [params] * n
-    plist = list(params)
+    plist: list[SamplingParams | None] = list(params)
     if len(plist) != n:
         raise ValueError(f"got {len(plist)} SamplingParams for {n} prompts; pass one, or one "
                          "per prompt")

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from aioengine.client.engine_death import EngineDeath
+from aioengine.client.engine_messages import EngineMessageRouter
 from aioengine.runtime.errors import EngineDeadError
 from transports import AsyncReader
 from transports.errors import ChannelClosedError, PeerClosedError
 
-if TYPE_CHECKING:
-    from aioengine.client.async_client import AsyncMPClient
-
 logger = logging.getLogger(__name__)
 
 
-async def output_loop(me: weakref.ref[AsyncMPClient], reader: AsyncReader) -> None:
-    """The client's output task. It holds the client only weakly while it waits, so a client
-    its owner dropped can be collected (and its finalizer stop the engine); a bound method
-    here would keep it alive as long as the loop runs."""
+async def output_loop(router: EngineMessageRouter, death: EngineDeath,
+                      abort_soon: weakref.WeakMethod[Callable[[str], None]],
+                      reader: AsyncReader) -> None:
+    """The client's output task: each frame to ``router``, the end of the channel to
+    ``death``. Neither holds the client; its ``abort_soon`` is held only weakly while the task
+    waits, so a client its owner dropped can be collected (and its finalizer stop the engine);
+    a bound method here would keep it alive as long as the loop runs."""
     while True:
         error: EngineDeadError | None = None
         try:
@@ -31,17 +33,17 @@ async def output_loop(me: weakref.ref[AsyncMPClient], reader: AsyncReader) -> No
         except Exception as e:
             logger.exception("output task failed")
             error = EngineDeadError(f"the client's output task failed: {e!r}")
-        client = me()
-        if client is None:
-            return
+        abort = abort_soon()
+        if abort is None:
+            return  # the client was collected
         if error is not None:
-            client._set_dead(error)
+            death.declare(error)
             return
         try:
-            if not client._on_frame(msg.header):
+            if not router.on_frame(msg.header, abort):
                 return
         except Exception as e:
             logger.exception("output task failed")
-            client._set_dead(EngineDeadError(f"the client's output task failed: {e!r}"))
+            death.declare(EngineDeadError(f"the client's output task failed: {e!r}"))
             return
-        del client  # no strong reference across the next await
+        del abort  # no strong reference to the client across the next await

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from aioengine.client.outputs import RequestMetrics, RequestOutput
 from aioengine.client.stop import StopStrings
-from aioengine.engine.detokenize import IncrementalDetokenizer
 from aioengine.messages.engine_io import RequestDelta, TokenLogprob
 from aioengine.messages.sampling_params import SamplingParams
+from aioengine.text.detokenize import IncrementalDetokenizer
 
 
 class RequestState:

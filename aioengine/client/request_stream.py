@@ -1,5 +1,5 @@
 """One open stream of the client: its request's state, the event that wakes its consumer, and
-the request's id on the wire."""
+the request's id on the wire, and the replica it was sent to."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from aioengine.client.request_state import RequestState
 
 
 class RequestStream:
-    __slots__ = ("event", "state", "wire_id")
+    __slots__ = ("event", "replica", "state", "wire_id")
 
-    def __init__(self, state: RequestState, wire_id: str) -> None:
+    def __init__(self, state: RequestState, wire_id: str, replica: int = 0) -> None:
         self.state = state
         self.wire_id = wire_id
+        self.replica = replica
         self.event = asyncio.Event()

@@ -94,13 +94,13 @@ class SyncMPClient:
         return self._client.prepare_chat(messages, params, **template_kwargs)
 
     def generate_all(self, requests: Sequence[tuple[list[int], SamplingParams]],
-                     on_finished: Callable[[], None] | None = None) -> list[RequestOutput]:
+                     on_finished: Callable[[], object] | None = None) -> list[RequestOutput]:
         """Run prepared requests concurrently; final outputs in input order. If one fails (the
         engine died), the others are cancelled, which aborts them."""
         return self._run(self._generate_all, list(requests), on_finished)
 
     async def _generate_all(self, requests: list[tuple[list[int], SamplingParams]],
-                            on_finished: Callable[[], None] | None) -> list[RequestOutput]:
+                            on_finished: Callable[[], object] | None) -> list[RequestOutput]:
         results: list[RequestOutput | None] = [None] * len(requests)
 
         async def one(i: int) -> None:

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders
 
 from aioengine.client.chat_template import ChatMessage, ChatTemplate, pick_template
-from aioengine.engine.detokenize import REPLACEMENT, IncrementalDetokenizer, load_hf_tokenizer
+from aioengine.text.detokenize import REPLACEMENT, IncrementalDetokenizer, load_hf_tokenizer
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback
 

@@ -12,7 +12,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from aioengine.config import EngineConfig
 from aioengine.engine.block_manager import BlockManager
-from aioengine.engine.detokenize import EngineDetokenizer
 from aioengine.engine.executor.base import Executor
 from aioengine.engine.grammars import GrammarManager, compile_error
 from aioengine.engine.request import FinishReason, Request
@@ -20,6 +19,7 @@ from aioengine.engine.scheduler import Scheduler
 from aioengine.hub import ModelInfo, read_model_info, resolve_model
 from aioengine.messages.engine_io import AddRequest, EngineStats, RequestDelta
 from aioengine.messages.worker_io import StepInput
+from aioengine.text.detokenize import EngineDetokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,8 @@ import queue
 import threading
 import time
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -49,6 +50,7 @@ from aioengine.messages.engine_io import (
     UtilityCall,
     UtilityResult,
 )
+from aioengine.messages.launch import EngineLaunch
 from aioengine.runtime.busy_loop import BusyLoopTarget, LoopContext
 from transports import (
     ChannelClosedError,
@@ -59,26 +61,15 @@ from transports import (
     open_writer,
 )
 
+if TYPE_CHECKING:  # the core imports torch: only inside the engine process, in init
+    from aioengine.engine.core import EngineCore
+
 logger = logging.getLogger(__name__)
 
-TARGET = "aioengine.engine.core_proc:make_engine_target"
 IDLE_WAIT = 0.1  # seconds an idle loop blocks on the input queue before looking at shutdown
-UTILITIES = ("get_stats", "reset_prefix_cache", "ping")
 
 Frame = tuple[EngineMessage, bytes]
 """A message for the output thread and its encoding (the loop encodes: see the module doc)."""
-
-
-class EngineLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """What the engine process needs; crosses spawn as msgpack."""
-
-    config: bytes  # EngineConfig.to_msgpack()
-    input_url: str  # the client's request writer (bound by the client); we connect a reader
-    output_url: str  # the client's output reader (bound by the client); we connect a writer
-    connect_timeout: float = 30.0
-
-    def encode(self) -> bytes:
-        return msgspec.msgpack.encode(self)
 
 
 class _Rejected(msgspec.Struct):
@@ -101,7 +92,7 @@ class EngineProc(BusyLoopTarget):
     def __init__(self, launch: EngineLaunch) -> None:
         self.launch = launch
         self.config = EngineConfig.from_msgpack(launch.config)
-        self.core: Any = None  # EngineCore, built in init (it imports torch)
+        self.core: EngineCore | None = None  # built in init (it imports torch)
         self._in_q: queue.SimpleQueue[ClientMessage | _Rejected] = queue.SimpleQueue()
         self._out_q: queue.SimpleQueue[Frame | None] = queue.SimpleQueue()
         self._encoder = msgspec.msgpack.Encoder()  # the loop's; the output thread has its own
@@ -134,6 +125,7 @@ class EngineProc(BusyLoopTarget):
 
     def step(self, ctx: LoopContext) -> None:
         core = self.core
+        assert core is not None  # built by init
         if not core.has_work():
             try:
                 self._handle(self._in_q.get(timeout=IDLE_WAIT))
@@ -174,6 +166,7 @@ class EngineProc(BusyLoopTarget):
     # ---- requests --------------------------------------------------------------------------
     def _handle(self, msg: ClientMessage | _Rejected) -> None:
         core = self.core
+        assert core is not None  # built by init
         if isinstance(msg, AddRequest):
             core.add_request(msg)
         elif isinstance(msg, AbortRequests):
@@ -192,16 +185,13 @@ class EngineProc(BusyLoopTarget):
             self._send((result, frame))
 
     def _utility(self, call: UtilityCall) -> UtilityResult:
-        try:
-            if call.method == "get_stats":
-                return UtilityResult(call.call_id, self.core.get_stats())
-            if call.method == "reset_prefix_cache":
-                self.core.reset_prefix_cache()
-                return UtilityResult(call.call_id, True)
-            if call.method == "ping":
-                return UtilityResult(call.call_id, "pong")
+        method = UTILITIES.get(call.method)
+        if method is None:
             return UtilityResult(call.call_id, error=f"unknown utility method {call.method!r}; "
                                                      f"known: {list(UTILITIES)}")
+        assert self.core is not None  # built by init
+        try:
+            return UtilityResult(call.call_id, method(self.core))
         except Exception as exc:  # a utility's failure is the caller's, not the engine's
             logger.exception("utility %s failed", call.method)
             return UtilityResult(call.call_id, error=f"{type(exc).__name__}: {exc}")
@@ -220,7 +210,7 @@ class EngineProc(BusyLoopTarget):
         logger.error(message)
         self._emit(EngineFailure(message, "".join(traceback.format_exception(exc))))
         try:
-            deltas = self.core.fail_all(message)
+            deltas = self.core.fail_all(message) if self.core is not None else []
         except Exception:
             logger.exception("could not fail the open requests")
             deltas = []
@@ -289,6 +279,24 @@ class EngineProc(BusyLoopTarget):
                 return
 
 
+def _get_stats(core: EngineCore) -> object:
+    return core.get_stats()
+
+
+def _reset_prefix_cache(core: EngineCore) -> object:
+    core.reset_prefix_cache()
+    return True
+
+
+def _ping(core: EngineCore) -> object:
+    return "pong"
+
+
+UTILITIES: dict[str, Callable[[EngineCore], object]] = {
+    "get_stats": _get_stats, "reset_prefix_cache": _reset_prefix_cache, "ping": _ping}
+"""The utility calls the engine answers (``UtilityCall.method``), each with its result."""
+
+
 def _merge_pending(first: StepOutputs, out_q: queue.SimpleQueue[Frame | None],
                    held: list[Frame | None]) -> StepOutputs:
     """``first`` plus the ``StepOutputs`` queued right behind it, as one message: the client
@@ -313,5 +321,6 @@ def _request_id_of(frame: Any) -> str | None:
         return None
     if isinstance(raw, dict) and raw.get("type") == "add" \
             and isinstance(raw.get("request_id"), str):
-        return raw["request_id"]
+        rid: str = raw["request_id"]
+        return rid
     return None

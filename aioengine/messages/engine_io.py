@@ -109,3 +109,11 @@ class EngineStats(msgspec.Struct, kw_only=True):
     """Tokens sampled since start."""
     num_requests_finished_total: int = 0
     """Requests finished (any reason) since start."""
+    data_parallel_size: int = 1
+    """Engine replicas behind the client (``EngineConfig.data_parallel_size``)."""
+    replicas_alive: int = 1
+    """Replicas serving; fewer than ``data_parallel_size`` only with
+    ``replica_failure="degrade"`` after a replica died."""
+    replicas: list[EngineStats | None] | None = None
+    """With data parallelism: each replica's own snapshot (``None`` for a dead one); the fields
+    above are then their total."""

@@ -93,7 +93,8 @@ def resolve_target(ref: TargetRef) -> TargetFactory:
                                  f"{qualname!r}") from None
     if not callable(obj):
         raise TypeError(f"target {ref!r} is a {type(obj).__name__}, not a callable factory")
-    return obj
+    factory: Callable[[bytes], BusyLoopTarget] = obj
+    return factory
 
 
 def split_target_ref(ref: str) -> tuple[str, str]:

@@ -125,8 +125,10 @@ class Supervisor:
             signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             writer.close()  # the child holds its own copy; ours would hide the child's EOF
         state.add(spec.name, process, reader)
-        logger.debug("spawned %s (pid %d)", spec.name, process.pid)
-        return process.pid
+        pid = process.pid
+        assert pid is not None  # set by start()
+        logger.debug("spawned %s (pid %d)", spec.name, pid)
+        return pid
 
     def start(self, specs: Sequence[ChildSpec], timeout: float) -> dict[str, dict[str, Any]]:
         """Spawn ``specs`` and wait for all their READY events; returns ``{name: payload}``.

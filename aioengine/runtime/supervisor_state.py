@@ -266,7 +266,7 @@ class SupervisorState:
             for handle in wait_handles([*pending, *readers], left):
                 if handle in readers:
                     self._read_events(readers[handle], block=True)
-                else:
+                elif isinstance(handle, int):  # a process sentinel
                     pending.pop(handle, None)
 
 

@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
+from aioengine.field_args import add_field_args, values_from_args
 from aioengine.hub import served_model_name
 from aioengine.server.accept_log import guard_descriptors
 from aioengine.server.app import ServerSettings, create_app
@@ -103,46 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="address to bind (default: 127.0.0.1, loopback only)")
     http.add_argument("--port", type=int, default=8000,
                       help="TCP port; 0 picks a free one, logged at start (default: 8000)")
-    http.add_argument("--served-model-name", default=None,
-                      help="the name clients send as 'model' (default: the model's short name: "
-                           "a built-in's name, a GGUF file's stem, a directory's name)")
-    http.add_argument("--max-request-bytes", type=int, default=ServerSettings.max_request_bytes,
-                      help="larger request bodies get 413 (default: %(default)s)")
-    http.add_argument("--default-max-tokens", type=int, default=None,
-                      help="max_tokens for chat requests that send none (default: up to the "
-                           "context length)")
-    http.add_argument("--grace-period", type=float, default=10.0,
-                      help="seconds in-flight requests may run after SIGTERM/SIGINT before "
-                           "they are aborted (default: %(default)s)")
     http.add_argument("--idle-timeout", type=float, default=15.0, metavar="SECONDS",
                       help="close a connection that has not sent a whole request's headers "
                            "within this many seconds of connecting or of its last response "
                            "(slow or half-sent requests; default: %(default)s)")
-    http.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
-                      help="abort a generation request that has not finished this many seconds "
-                           "after it arrived: 504 'timeout', or an error event when streaming "
-                           "(a request's own 'timeout' field can shorten it; default: none)")
     http.add_argument("--api-key", action="append", default=[], metavar="KEY",
                       help="require 'Authorization: Bearer KEY' on every route but /health and "
                            "/metrics (repeatable: any of the keys is accepted; also "
                            f"${API_KEY_ENV}); keys never appear in logs")
     http.add_argument("--api-key-file", default=None, metavar="PATH",
                       help="API keys, one per line ('#' comments), in addition to --api-key")
-    http.add_argument("--protect-health-and-metrics", action="store_true",
-                      help="with API keys: /health and /metrics need a key too (default: open)")
-    http.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
-                      help="host names the Host header may name (DNS-rebinding guard; '*': "
-                           "any). Default: localhost, 127.0.0.1 and ::1 when bound to "
-                           "loopback only, else any")
-    http.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
-                      help="browser origins allowed to call the API cross-origin (CORS), e.g. "
-                           "https://app.example; '*' for any (default: none, CORS off)")
-    http.add_argument("--allowed-methods", nargs="+", default=["*"], metavar="METHOD",
-                      help="with --allowed-origins: methods a preflight allows (default: *)")
-    http.add_argument("--allowed-headers", nargs="+", default=["*"], metavar="HEADER",
-                      help="with --allowed-origins: request headers allowed (default: *)")
-    http.add_argument("--allow-credentials", action="store_true",
-                      help="with --allowed-origins: allow cookies/HTTP auth cross-origin")
     http.add_argument("--ssl-certfile", default=None, metavar="PATH",
                       help="serve HTTPS with this certificate chain (PEM); needs --ssl-keyfile")
     http.add_argument("--ssl-keyfile", default=None, metavar="PATH",
@@ -159,9 +130,27 @@ def build_parser() -> argparse.ArgumentParser:
                            "templates without tools are given; llama3_json: Llama 3.x JSON; "
                            "default: %(default)s)")
     http.add_argument("--log-level", default="INFO",
-                      choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+                      choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                      help="the least severe log records written to stderr (default: INFO)")
+    # The rest of the server's flags are ServerSettings fields: help from their docstrings.
+    add_field_args(http, ServerSettings, only=_SETTINGS_FLAGS, flags=_SETTINGS_FLAG_NAMES,
+                   metavars=_SETTINGS_METAVARS)
     EngineConfig.add_cli_args(parser)
     return parser
+
+
+# ServerSettings fields with a flag of their own (api_keys come from --api-key and
+# --api-key-file; health_timeout and disconnect_poll_interval are for embedders).
+_SETTINGS_FLAGS = ("model_name", "max_request_bytes", "default_max_tokens",
+                   "shutdown_grace_period", "request_timeout", "protect_health_and_metrics",
+                   "allowed_hosts", "allowed_origins", "allowed_methods", "allowed_headers",
+                   "allow_credentials", "strict_request_fields")
+_SETTINGS_FLAG_NAMES = {"model_name": "--served-model-name",
+                        "shutdown_grace_period": "--grace-period"}
+_SETTINGS_METAVARS = {"model_name": "NAME", "request_timeout": "SECONDS",
+                      "shutdown_grace_period": "SECONDS", "max_request_bytes": "BYTES",
+                      "allowed_hosts": "HOST", "allowed_origins": "ORIGIN",
+                      "allowed_methods": "METHOD", "allowed_headers": "HEADER"}
 
 
 def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
@@ -271,23 +260,14 @@ async def _until_stopped(client: AsyncMPClient, stop: asyncio.Event, on_engine_d
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.grace_period >= 0:
-        parser.error(f"--grace-period must be >= 0, got {args.grace_period}")
+    if not args.shutdown_grace_period >= 0:
+        parser.error(f"--grace-period must be >= 0, got {args.shutdown_grace_period}")
     if not args.idle_timeout > 0:
         parser.error(f"--idle-timeout must be positive, got {args.idle_timeout}")
     try:
         config = EngineConfig.from_cli_args(args)
-        settings = ServerSettings(model_name=args.served_model_name,
-                                  max_request_bytes=args.max_request_bytes,
-                                  default_max_tokens=args.default_max_tokens,
-                                  shutdown_grace_period=args.grace_period,
-                                  request_timeout=args.request_timeout,
+        settings = ServerSettings(**values_from_args(ServerSettings, args, _SETTINGS_FLAGS),
                                   api_keys=collect_keys(args.api_key, args.api_key_file),
-                                  protect_health_and_metrics=args.protect_health_and_metrics,
-                                  allowed_origins=tuple(args.allowed_origins),
-                                  allowed_methods=tuple(args.allowed_methods),
-                                  allowed_headers=tuple(args.allowed_headers),
-                                  allow_credentials=args.allow_credentials,
                                   tool_call_parser=args.tool_call_parser)
         ssl_context = tls_context(args.ssl_certfile, args.ssl_keyfile)
     except ValueError as e:
@@ -302,12 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BindError as e:
         logger.error("%s", e)
         return 1
-    if args.allowed_hosts is not None:
-        settings = dataclasses.replace(settings, allowed_hosts=tuple(args.allowed_hosts))
-    elif all_loopback(socks):
+    if args.allowed_hosts is None and all_loopback(socks):
         settings = dataclasses.replace(settings, allowed_hosts=LOOPBACK_HOSTS)
     try:
-        asyncio.run(serve(config, settings, socks, args.grace_period, ssl_context,
+        asyncio.run(serve(config, settings, socks, args.shutdown_grace_period, ssl_context,
                           args.on_engine_death, args.idle_timeout))
     except StoppedBySignal as e:
         return 128 + e.signum

@@ -17,8 +17,9 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
-from aioengine import EngineDeadError
+from aioengine import AsyncMPClient, EngineDeadError
 from aioengine.hub import served_model_name
 from aioengine.server.auth import api_key_middleware
 from aioengine.server.cors import enable_cors
@@ -72,13 +73,17 @@ class ServerSettings:
     """With ``allowed_origins``: the request headers a preflight allows."""
     allow_credentials: bool = False
     """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
-    shutdown_grace_period: float = 10.0
-    """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
-    generations in flight may still run before they are aborted (``finish_reason: "abort"``)."""
     tool_call_parser: str = "hermes"
     """The model family's tool-call format (``aioengine.server.tool_parsers``: ``hermes``/
     ``qwen``, ``llama3_json``): how ``tool_choice: "auto"`` finds the calls in a reply, and
     the format ``required`` and named choices are made to write."""
+    strict_request_fields: bool = False
+    """Refuse (400) request fields the server does not use; by default they are ignored, logged
+    once per name and listed in the ``x-aioengine-ignored-fields`` response header."""
+    shutdown_grace_period: float = 10.0
+    """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
+    generations in flight may still run before they are aborted (``finish_reason: "abort"``);
+    ``python -m aioengine.serve`` shuts down on SIGTERM or SIGINT."""
 
     def __post_init__(self) -> None:
         if self.model_name is not None and not self.model_name:
@@ -102,7 +107,7 @@ class ServerSettings:
                 f"shutdown_grace_period must be >= 0, got {self.shutdown_grace_period!r}")
 
 
-def create_app(client: Any, settings: ServerSettings | None = None) -> web.Application:
+def create_app(client: AsyncMPClient, settings: ServerSettings | None = None) -> web.Application:
     """The API over an entered ``AsyncMPClient``. Routes: ``POST /v1/chat/completions``,
     ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
     ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
@@ -122,10 +127,11 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
         client, model_name=model, max_request_bytes=settings.max_request_bytes,
         default_max_tokens=settings.default_max_tokens or max_model_len, metrics=metrics,
         watcher=watcher, token_text=token_text, tokenizer=tokenizer,
-        request_timeout=settings.request_timeout, tool_call_parser=settings.tool_call_parser)
+        request_timeout=settings.request_timeout, tool_call_parser=settings.tool_call_parser,
+        strict_request_fields=settings.strict_request_fields)
     info = _Info(client, model, max_model_len, metrics, settings.health_timeout)
 
-    middlewares = [error_middleware(RefusalLog())]
+    middlewares: list[Middleware] = [error_middleware(RefusalLog())]
     if settings.allowed_hosts is not None:
         middlewares.append(allowed_hosts_middleware(settings.allowed_hosts))
     if settings.api_keys:
@@ -164,8 +170,8 @@ def create_app(client: Any, settings: ServerSettings | None = None) -> web.Appli
 class _Info:
     """The read-only endpoints."""
 
-    def __init__(self, client: Any, model: str, max_model_len: int, metrics: ServerMetrics,
-                 timeout: float) -> None:
+    def __init__(self, client: AsyncMPClient, model: str, max_model_len: int,
+                 metrics: ServerMetrics, timeout: float) -> None:
         self._client = client
         self._model = model
         self._max_model_len = max_model_len
@@ -190,6 +196,11 @@ class _Info:
 
     async def health(self, request: web.Request) -> web.Response:
         await self._ask("check_health")
+        total = self._client.config.data_parallel_size
+        alive = self._client.replicas_alive
+        if alive < total:  # replica_failure="degrade": serving, on fewer replicas
+            return _json({"status": "degraded", "replicas_alive": alive,
+                          "data_parallel_size": total})
         return _json({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:

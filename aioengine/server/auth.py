@@ -13,6 +13,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from aioengine.server.errors import ApiError
 
@@ -50,8 +51,7 @@ def collect_keys(given: Iterable[str], key_file: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def api_key_middleware(keys: Iterable[str], protect_open_paths: bool = False) -> Callable[
-        [web.Request, Handler], Awaitable[web.StreamResponse]]:
+def api_key_middleware(keys: Iterable[str], protect_open_paths: bool = False) -> Middleware:
     """Refuse requests without a configured key (401, OpenAI's error shape); ``/health`` and
     ``/metrics`` stay open unless ``protect_open_paths``. CORS preflights (OPTIONS) pass: a
     browser sends them without credentials."""

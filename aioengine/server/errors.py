@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 logger = logging.getLogger(__name__)
 
@@ -118,8 +119,7 @@ class RefusalLog:
                      request.remote, err.status, err.code, err.message[:200])
 
 
-def error_middleware(refusals: RefusalLog) -> Callable[
-        [web.Request, Handler], Awaitable[web.StreamResponse]]:
+def error_middleware(refusals: RefusalLog) -> Middleware:
     """Turns ``ApiError``, aiohttp's HTTP errors and unexpected exceptions into OpenAI-shaped
     error responses; every 4xx goes to ``refusals``."""
 

@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from aioengine import EngineDeadError, EngineOverloadedError
-from aioengine.server.body import decode, read_body
+from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError
+from aioengine.server.body import read_body
 from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
 from aioengine.server.errors import ApiError, engine_dead, first_line, from_value_error
@@ -30,7 +30,7 @@ from aioengine.server.params import (
     chat_params,
     check_messages,
     completion_params,
-    completion_prompt,
+    completion_prompts,
     seeded,
 )
 from aioengine.server.protocol import (
@@ -45,8 +45,11 @@ from aioengine.server.responses import (
     ChoiceState,
     CompletionFormat,
     TokenText,
+    usage,
 )
+from aioengine.server.structured_fields import with_structured_fields
 from aioengine.server.tools import ToolChatFormat, chat_inputs, plan_tools
+from aioengine.server.unknown_fields import RequestDecoder, ignored_header
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +68,17 @@ class GenerationFailed(Exception):
 
 
 class GenerateHandlers:
-    def __init__(self, client: Any, *, model_name: str, max_request_bytes: int,
+    def __init__(self, client: AsyncMPClient, *, model_name: str, max_request_bytes: int,
                  default_max_tokens: int, metrics: ServerMetrics, watcher: DisconnectWatcher,
                  token_text: TokenText, tokenizer: Any,
-                 request_timeout: float | None = None, tool_call_parser: str = "hermes") -> None:
+                 request_timeout: float | None = None, tool_call_parser: str = "hermes",
+                 strict_request_fields: bool = False) -> None:
         self._client = client
         self._tool_call_parser = tool_call_parser
+        self._chat_decoder = RequestDecoder(ChatCompletionRequest, CHAT_DECODER,
+                                            strict=strict_request_fields)
+        self._completion_decoder = RequestDecoder(CompletionRequest, COMPLETION_DECODER,
+                                                  strict=strict_request_fields)
         self._request_timeout = request_timeout
         self._model = model_name
         self._limit = max_request_bytes
@@ -109,10 +117,11 @@ class GenerateHandlers:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
-            req = decode(CHAT_DECODER, await read_body(request, self._limit))
+            req, ignored = self._chat_decoder.decode(await read_body(request, self._limit))
             self.check_model(req.model)
             check_messages(req.messages)
             params = chat_params(req, self._default_max_tokens)
+            params = with_structured_fields(params, req, self._tokenizer.vocab_size)
             plan, params = plan_tools(req, params, self._tool_call_parser)
         except ApiError:
             self._metrics.count("chat", "rejected")
@@ -125,24 +134,46 @@ class GenerateHandlers:
 
         fmt = (ChatFormat(self._model, self._token_text, self._token_bytes) if plan is None
                else ToolChatFormat(self._model, self._token_text, self._token_bytes, plan))
-        return await self._run(request, "chat", req, start, fmt, params.logprobs is not None)
+        return await self._run(request, "chat", req, start, fmt, params.logprobs is not None,
+                               headers=ignored_header(ignored))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
-            req = decode(COMPLETION_DECODER, await read_body(request, self._limit))
+            req, ignored = self._completion_decoder.decode(await read_body(request, self._limit))
             self.check_model(req.model)
             params = completion_params(req)
-            prompt = completion_prompt(req)
+            params = with_structured_fields(params, req, self._tokenizer.vocab_size)
+            prompts = completion_prompts(req)
+            if len(prompts) > 1:  # check them all first: a bad one must not leave others running
+                prompts = await self._prepare_all(prompts, params)
         except ApiError:
             self._metrics.count("completions", "rejected")
             raise
+        n = req.n
 
         def start(i: int) -> AsyncIterator[Any]:
-            return self._client.generate(prompt, seeded(params, i))
+            # Choice i answers prompt i // n (OpenAI's and vLLM's index = prompt * n + j).
+            return self._client.generate(prompts[i // n], seeded(params, i % n))
 
         fmt = CompletionFormat(self._model, self._token_text)
         return await self._run(request, "completions", req, start, fmt,
-                               params.logprobs is not None)
+                               params.logprobs is not None, choices=len(prompts) * n,
+                               headers=ignored_header(ignored))
+
+    async def _prepare_all(self, prompts: list[Any], params: Any) -> list[list[int]]:
+        """Tokenize and check every prompt of a batch (off the loop: there may be many); a bad
+        one is a 400 naming it, before any reaches the engine."""
+        def prepare() -> list[list[int]]:
+            out = []
+            for i, p in enumerate(prompts):
+                try:
+                    out.append(self._client.prepare(p, params)[0])
+                except ValueError as e:
+                    raise ApiError(400, f"prompt[{i}]: {e}", param=f"prompt[{i}]",
+                                   code="invalid_parameter") from e
+            return out
+
+        return await asyncio.to_thread(prepare)
 
     def check_model(self, model: str | None) -> None:
         """404 for a ``model`` other than the served one (absent: fine)."""
@@ -154,11 +185,16 @@ class GenerateHandlers:
     async def _run(self, request: web.Request, endpoint: str,
                    req: ChatCompletionRequest | CompletionRequest,
                    start: Callable[[int], AsyncIterator[Any]], fmt: ChatFormat | CompletionFormat,
-                   want_logprobs: bool) -> web.StreamResponse:
-        runner = ChoiceRunner(start, req.n)
+                   want_logprobs: bool, *, choices: int | None = None,
+                   headers: dict[str, str] | None = None) -> web.StreamResponse:
+        """``choices``: how many (``req.n`` unless a batch of prompts); ``headers``: extra
+        response headers."""
+        choices = choices or req.n
+        runner = ChoiceRunner(start, choices)
         deadline = Deadline.of(self._request_timeout, req.timeout)
         tokenizer = self._tokenizer if want_logprobs else None
-        states = [ChoiceState(i, tokenizer) for i in range(req.n)]
+        states = [ChoiceState(i, tokenizer, counts_prompt=i % req.n == 0)
+                  for i in range(choices)]
         last: dict[int, Any] = {}
         outcome = "error"
         self._runs.add(runner)
@@ -186,7 +222,9 @@ class GenerateHandlers:
                 events = deadline.bound(_tracked(runner.events(), last))
                 if req.stream:
                     resp, outcome = await _stream(request, events, states, fmt,
-                                                  want_logprobs, req.include_usage)
+                                                  want_logprobs, req.include_usage,
+                                                  continuous_usage=req.continuous_usage,
+                                                  headers=headers)
                     return resp
                 try:
                     outcome = await _collect(events, states)
@@ -200,7 +238,7 @@ class GenerateHandlers:
                     outcome = "timeout"
                     raise timed_out(e) from e
                 return web.Response(body=msgspec.json.encode(fmt.full(states)),
-                                    content_type="application/json")
+                                    content_type="application/json", headers=headers)
             except asyncio.CancelledError:
                 if watch.gone:
                     outcome = "disconnected"
@@ -307,11 +345,13 @@ async def _collect(events: AsyncIterator[tuple[int, Any]], states: list[ChoiceSt
 
 async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
                   states: list[ChoiceState], fmt: ChatFormat | CompletionFormat,
-                  want_logprobs: bool,
-                  include_usage: bool) -> tuple[web.StreamResponse, str]:
-    """Write the SSE stream; returns the response and the outcome."""
+                  want_logprobs: bool, include_usage: bool, *, continuous_usage: bool = False,
+                  headers: dict[str, str] | None = None) -> tuple[web.StreamResponse, str]:
+    """Write the SSE stream; returns the response and the outcome. ``continuous_usage``: the
+    usage so far in every chunk (vLLM's ``continuous_usage_stats``), not null."""
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
-                                       "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                                       "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                       **(headers or {})})
     await resp.prepare(request)
 
     async def send(obj: Any) -> None:
@@ -336,7 +376,10 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
                     continue
                 lp = logprobs if want_logprobs else None
                 for choice in fmt.delta_choices(index, text, lp, finish):
-                    await send(fmt.chunk([choice], include_usage))
+                    chunk = fmt.chunk([choice], include_usage)
+                    if continuous_usage:
+                        chunk["usage"] = usage(states)
+                    await send(chunk)
             outcome = _outcome(states)
         except EngineDeadError as e:
             outcome = "engine_dead"

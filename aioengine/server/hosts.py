@@ -13,6 +13,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from aioengine.server.errors import ApiError
 
@@ -26,8 +27,7 @@ def all_loopback(socks: Iterable[socket.socket]) -> bool:
     return all(ipaddress.ip_address(s.getsockname()[0]).is_loopback for s in socks)
 
 
-def allowed_hosts_middleware(hosts: Iterable[str]) -> Callable[
-        [web.Request, Handler], Awaitable[web.StreamResponse]]:
+def allowed_hosts_middleware(hosts: Iterable[str]) -> Middleware:
     """400 ``invalid_host`` for a request whose ``Host`` names none of ``hosts`` (names
     without port; ``*`` allows any)."""
     allowed = {h.lower().strip("[]") for h in hosts}

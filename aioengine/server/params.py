@@ -18,6 +18,7 @@ _PASSTHROUGH = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                 "presence_penalty", "frequency_penalty", "seed")
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+MAX_CHOICES = 256  # prompts x n in one /v1/completions request: each is an engine request
 
 
 def sampling_params(req: SamplingFields, *, max_tokens: int,
@@ -100,22 +101,22 @@ def completion_params(req: CompletionRequest) -> SamplingParams:
                            logprobs=req.logprobs)
 
 
-def completion_prompt(req: CompletionRequest) -> str | list[int]:
-    """One prompt: a string, a list of token ids, or a list holding one string. Batches of
-    prompts are refused: each prompt would be its own request, and a rejected one must not
-    leave the others running in the engine."""
+def completion_prompts(req: CompletionRequest) -> list[str | list[int]]:
+    """The request's prompts, in order: a string, a list of token ids, or a batch (a list of
+    strings or of token-id lists; each prompt gets ``n`` choices)."""
     prompt = req.prompt
     if isinstance(prompt, str):
-        return prompt
+        return [prompt]
     if all(isinstance(t, int) for t in prompt):
+        return [list(prompt)]  # type: ignore[arg-type]
+    if all(isinstance(t, (str, list)) for t in prompt):
+        if len(prompt) * req.n > MAX_CHOICES:
+            raise ApiError(400, f"{len(prompt)} prompts x n={req.n} is {len(prompt) * req.n} "
+                           f"choices; at most {MAX_CHOICES} per request", param="prompt")
         return list(prompt)  # type: ignore[arg-type]
-    if len(prompt) == 1 and isinstance(prompt[0], str):
-        return prompt[0]
-    if all(isinstance(t, str) for t in prompt):
-        raise ApiError(400, f"a batch of {len(prompt)} prompts is not supported; send one "
-                       "request per prompt", param="prompt")
-    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of one "
-                   "string; got a list mixing strings and integers", param="prompt")
+    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of prompts "
+                   "(strings or token-id lists); got a list mixing token ids with prompts",
+                   param="prompt")
 
 
 def seeded(params: SamplingParams, index: int) -> SamplingParams:

@@ -1,8 +1,9 @@
 """OpenAI request bodies as msgspec Structs: a typed decode of the JSON body validates every
 field at once and names the offending one (``- at `$.messages[0].role```).
 
-Unknown fields are refused rather than silently ignored, so a typo or an unsupported OpenAI
-feature (``logit_bias``) gets a 400 naming it instead of a surprising result.
+Unknown top-level fields are ignored (listed in the ``x-aioengine-ignored-fields`` header) or,
+with ``--strict-request-fields``, refused; see ``unknown_fields``. Fields that would change the
+output and are not implemented get a specific 400 there.
 """
 
 from __future__ import annotations
@@ -21,6 +22,37 @@ Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
 
 class StreamOptions(msgspec.Struct, forbid_unknown_fields=True):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: with include_usage, usage in every chunk
+
+
+class JsonSchemaFormat(msgspec.Struct, forbid_unknown_fields=True):
+    """``response_format.json_schema``: OpenAI's shape."""
+
+    name: str = "response"
+    schema: dict[str, Any] | bool | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class ResponseFormat(msgspec.Struct, forbid_unknown_fields=True):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputsField(msgspec.Struct, forbid_unknown_fields=True):
+    """The ``structured_outputs`` extra body field, vLLM's shape (one of the first five)."""
+
+    json: dict[str, Any] | str | None = None
+    json_object: bool | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    # vLLM's options; see ``structured_fields`` for which are honoured or refused.
+    disable_fallback: bool | None = None
+    disable_any_whitespace: bool | None = None
+    disable_additional_properties: bool | None = None
+    whitespace_pattern: str | None = None
+    structural_tag: Any = None
 
 
 class TextPart(msgspec.Struct, tag_field="type", tag="text", forbid_unknown_fields=True):
@@ -108,10 +140,24 @@ class SamplingFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     stream: bool = False
     stream_options: StreamOptions | None = None
     timeout: Annotated[float, Meta(gt=0.0)] | None = None  # seconds; ours, not OpenAI's
+    # Structured outputs (``structured_fields``): OpenAI's response_format, vLLM's
+    # structured_outputs and its older guided_* fields; logit_bias keys are token ids.
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsField | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    logit_bias: dict[str, float] | None = None
 
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def continuous_usage(self) -> bool:
+        """Usage in every streamed chunk (vLLM's ``continuous_usage_stats``)."""
+        return self.include_usage and self.stream_options.continuous_usage_stats  # type: ignore
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
@@ -125,7 +171,9 @@ class ChatCompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=
 
 
 class CompletionRequest(SamplingFields, kw_only=True, forbid_unknown_fields=True):
-    prompt: str | Annotated[list[int | str], Meta(min_length=1)]
+    # One string, one list of token ids, or a batch: strings or token-id lists.
+    prompt: str | Annotated[list[int | str | Annotated[list[int], Meta(min_length=1)]],
+                            Meta(min_length=1)]
     logprobs: Annotated[int, Meta(ge=0, le=20)] | None = None
     echo: bool = False
     suffix: str | None = None

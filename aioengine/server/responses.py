@@ -29,12 +29,15 @@ few thousand tokens and alternatives over and over, and each costs a decode othe
 class ChoiceState:
     """One choice of a request: what was sent so far and how it ended."""
 
-    __slots__ = ("_spans", "_tokenizer", "cached_tokens", "finish_reason", "index",
-                 "logprobs", "prompt_tokens", "text", "token_count")
+    __slots__ = ("_spans", "_tokenizer", "cached_tokens", "counts_prompt", "finish_reason",
+                 "index", "logprobs", "prompt_tokens", "text", "token_count")
 
-    def __init__(self, index: int, tokenizer: Any = None) -> None:
-        """``tokenizer``: the client's, when logprobs are wanted (None: they are not)."""
+    def __init__(self, index: int, tokenizer: Any = None, *, counts_prompt: bool = True) -> None:
+        """``tokenizer``: the client's, when logprobs are wanted (None: they are not);
+        ``counts_prompt``: usage counts this choice's prompt (the first choice of each prompt
+        of a request)."""
         self.index = index
+        self.counts_prompt = counts_prompt
         self.text = ""
         self.token_count = 0
         self.logprobs: Logprobs = []
@@ -78,11 +81,13 @@ class ChoiceState:
 
 
 def usage(states: Sequence[ChoiceState]) -> Json:
-    prompt = states[0].prompt_tokens if states else 0
+    """Each prompt once (a batch of prompts: their sum), every choice's completion."""
+    prompt = sum(s.prompt_tokens for s in states if s.counts_prompt)
+    cached = sum(s.cached_tokens for s in states if s.counts_prompt)
     completion = sum(s.token_count for s in states)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": states[0].cached_tokens if states else 0}}
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 class _Format(abc.ABC):

@@ -10,7 +10,7 @@ import msgspec
 from aiohttp import web
 from msgspec import Meta
 
-from aioengine import __version__
+from aioengine import AsyncMPClient, __version__
 from aioengine.server.body import decode, read_body
 from aioengine.server.errors import ApiError
 from aioengine.server.params import check_messages
@@ -40,7 +40,7 @@ _DETOKENIZE = msgspec.json.Decoder(DetokenizeRequest)
 
 
 class TokenizeRoutes:
-    def __init__(self, client: Any, check_model: Any, max_request_bytes: int) -> None:
+    def __init__(self, client: AsyncMPClient, check_model: Any, max_request_bytes: int) -> None:
         self._client = client
         self._check_model = check_model
         self._limit = max_request_bytes

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 _JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
+_WHAT = {"json": "JSON schema", "json_object": "JSON schema", "regex": "regex",
+         "choice": "choice", "grammar": "grammar"}
+
+
 class GrammarError(ValueError):
     """A schema, regex or grammar that does not compile; the message says where and why."""
 
@@ -90,7 +94,7 @@ def check_spec(spec: StructuredOutputs) -> None:
     a request before it reaches the engine)."""
     message = llguidance.LLMatcher.validate_grammar(grammar_text(spec))
     if message:
-        raise GrammarError(f"invalid {spec.kind} for structured_outputs: {message}")
+        raise GrammarError(f"invalid {_WHAT[spec.kind]}: {message}")
 
 
 class CompiledGrammar:
@@ -156,8 +160,7 @@ class GrammarBackend:
         heavy part runs without the GIL."""
         matcher = llguidance.LLMatcher(self.tokenizer, grammar_text(spec), log_level=0)
         if matcher.is_error():
-            raise GrammarError(f"invalid {spec.kind} for structured_outputs: "
-                               f"{matcher.get_error()}")
+            raise GrammarError(f"invalid {_WHAT[spec.kind]}: {matcher.get_error()}")
         return CompiledGrammar(spec_key(spec), matcher)
 
     def matcher(self, compiled: CompiledGrammar) -> GrammarMatcher:

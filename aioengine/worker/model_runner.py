@@ -63,11 +63,12 @@ class ModelRunner:
         # CPU float32: decode-sized linears through the compiled GEMV (its pool uses the rank's
         # thread budget; torch's pool is idle meanwhile)
         self.uses_gemv_kernel = gemv.configure(self.device, self.dtype, self.threads)
-        if self.uses_gemv_kernel and config.num_threads is None:
+        largest = self._largest_weight()
+        if self.uses_gemv_kernel and config.num_threads is None and largest is not None:
             # torch keeps one CPU free (its OpenMP pool spins when oversubscribed); the GEMV
             # pool (dynamic chunks, short spins, yields) may use every CPU of the rank: how
             # many helps is measured here, per machine and model (docs/benchmarks.md)
-            gemv.set_threads(gemv.calibrate_threads(self._largest_weight(),
+            gemv.set_threads(gemv.calibrate_threads(largest,
                                                     max(1, usable_cpus() // world_size)))
         self.decode_kernel = select_decode_kernel(config.cpu_decode_attention, self.device,
                                                   self.dtype)
@@ -79,9 +80,10 @@ class ModelRunner:
         self.num_kv_blocks = 0
         self.memory_profile: MemoryProfile | None = None
 
-    def _largest_weight(self) -> torch.Tensor:
+    def _largest_weight(self) -> torch.Tensor | None:
+        """The largest float matrix (None when every one is kept quantized)."""
         return max((p for p in self.model.parameters() if p.dim() == 2),
-                   key=lambda p: p.numel())
+                   key=lambda p: p.numel(), default=None)
 
     @property
     def is_driver(self) -> bool:

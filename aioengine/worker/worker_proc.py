@@ -1,6 +1,7 @@
 """The worker process: one tensor-parallel rank under the runtime's ``run_busy_loop``.
 
-Start it with a ``Supervisor`` and ``ChildSpec(name, TARGET, WorkerLaunch(...).encode())``;
+Start it with a ``Supervisor`` and ``ChildSpec(name, WORKER_TARGET, WorkerLaunch(...).encode())``
+(both from ``aioengine.messages.launch``);
 the protocol (who binds what, who answers what) is in ``aioengine/worker/README.md``.
 
 init: join torch.distributed (world_size > 1), load the model, size the KV cache (the launch's
@@ -18,11 +19,12 @@ from __future__ import annotations
 import gc
 import logging
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from aioengine.config import EngineConfig
+from aioengine.messages.launch import WorkerLaunch
 from aioengine.messages.worker_io import (
     StepInput,
     WorkerCall,
@@ -41,40 +43,12 @@ from transports import (
     open_writer,
 )
 
+if TYPE_CHECKING:  # the runner imports torch: only inside the worker process, in init
+    from aioengine.worker.model_runner import ModelRunner
+
 logger = logging.getLogger(__name__)
 
-TARGET = "aioengine.worker.worker_proc:make_worker_target"
 RECV_SLICE = 0.5  # seconds per blocking receive, so shutdown is noticed even without a wake-up
-CALLS = ("ping", "shutdown", "profile_memory")
-
-
-class WorkerLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Everything one worker needs; crosses ``spawn`` as msgpack (never pickled)."""
-
-    config: EngineConfig
-    rank: int
-    world_size: int
-    step_url: str  # the engine's broadcast writer (bound by the engine); we connect rank ``rank``
-    result_url: str  # this rank's result reader (bound by the engine); we connect a writer
-    dist_init_addr: str | None = None  # host:port of the torch.distributed rendezvous (tp > 1)
-    num_kv_blocks: int | None = None  # None: plan from the config, minimum over ranks
-    connect_timeout: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.world_size < 1:
-            raise ValueError(f"world_size must be at least 1, got {self.world_size}")
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
-        if self.world_size != self.config.tensor_parallel_size:
-            raise ValueError(f"world_size {self.world_size} differs from the config's "
-                             f"tensor_parallel_size {self.config.tensor_parallel_size}")
-        if self.world_size > 1 and not self.dist_init_addr:
-            raise ValueError("dist_init_addr (host:port) is required when world_size > 1")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ValueError(f"num_kv_blocks must be positive, got {self.num_kv_blocks}")
-
-    def encode(self) -> bytes:
-        return msgspec.msgpack.encode(self)
 
 
 def make_worker_target(args: bytes) -> WorkerProc:
@@ -94,7 +68,7 @@ class WorkerProc(BusyLoopTarget):
     def __init__(self, launch: WorkerLaunch) -> None:
         self.launch = launch
         self.rank = launch.rank
-        self.runner: Any = None  # ModelRunner, built in init (imports torch)
+        self.runner: ModelRunner | None = None  # built in init (it imports torch)
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
         self._decoder = msgspec.msgpack.Decoder(WorkerInbound)
@@ -147,6 +121,7 @@ class WorkerProc(BusyLoopTarget):
         import torch
         import torch.distributed as dist
 
+        assert self.runner is not None  # built just before, in init
         t = torch.tensor([blocks], dtype=torch.long, device=self.runner.device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.item())
@@ -181,22 +156,20 @@ class WorkerProc(BusyLoopTarget):
 
     def _run(self, msg: StepInput | WorkerCall, ctx: LoopContext) -> WorkerOutbound | None:
         if isinstance(msg, StepInput):
-            result = self.runner.execute(msg)
-            return result if self.rank == 0 else None
-        if msg.method not in CALLS:
+            runner = self.runner
+            assert runner is not None  # built by init
+            out = runner.execute(msg)
+            return out if self.rank == 0 else None
+        call = CALLS.get(msg.method)
+        if call is None:
             exc = ValueError(f"unknown worker call {msg.method!r}; known: {list(CALLS)}")
             return error_reply(self.rank, exc, fatal=False) if self.rank == 0 else None
-        result: Any = None
-        if msg.method == "ping":
-            result = "pong"
-        elif msg.method == "shutdown":
-            ctx.request_shutdown("shutdown call")
-        elif msg.method == "profile_memory":
-            result = self._memory_report()
+        result = call(self, ctx)
         return WorkerCallResult(msg.call_id, result) if self.rank == 0 else None
 
     def _memory_report(self) -> dict[str, Any]:
         runner = self.runner
+        assert runner is not None  # built by init
         prof = runner.memory_profile
         return {"num_kv_blocks": runner.num_kv_blocks, "max_model_len": runner.max_model_len,
                 "block_size": runner.config.block_size,
@@ -227,3 +200,21 @@ class WorkerProc(BusyLoopTarget):
             from aioengine.worker.parallel import destroy_distributed
 
             destroy_distributed()
+
+
+def _ping(proc: WorkerProc, ctx: LoopContext) -> object:
+    return "pong"
+
+
+def _shutdown(proc: WorkerProc, ctx: LoopContext) -> object:
+    ctx.request_shutdown("shutdown call")
+    return None
+
+
+def _profile_memory(proc: WorkerProc, ctx: LoopContext) -> object:
+    return proc._memory_report()
+
+
+CALLS: dict[str, Callable[[WorkerProc, LoopContext], object]] = {
+    "ping": _ping, "shutdown": _shutdown, "profile_memory": _profile_memory}
+"""The calls a worker answers (``WorkerCall.method``), each with its result."""

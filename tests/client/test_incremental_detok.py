@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from aioengine.engine.detokenize import EngineDetokenizer, IncrementalDetokenizer
 from aioengine.messages import AddRequest, RequestDelta, SamplingParams
+from aioengine.text.detokenize import EngineDetokenizer, IncrementalDetokenizer
 from tests.client.tokenizer_fixtures import MULTILINGUAL
 
 

@@ -11,7 +11,6 @@ import msgspec
 import psutil
 
 from aioengine.config import EngineConfig
-from aioengine.engine.core_proc import TARGET, EngineLaunch
 from aioengine.messages import (
     AbortRequests,
     AddRequest,
@@ -22,6 +21,8 @@ from aioengine.messages import (
     UtilityCall,
     UtilityResult,
 )
+from aioengine.messages.launch import ENGINE_TARGET as TARGET
+from aioengine.messages.launch import EngineLaunch
 from aioengine.runtime import ChildSpec, Supervisor
 from transports import open_reader, open_writer
 

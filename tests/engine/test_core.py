@@ -162,8 +162,8 @@ def test_engine_detokenizes_when_asked(one_thread):
         out = drain(core)["t"]
     finally:
         core.shutdown()
-    from aioengine.engine.detokenize import load_hf_tokenizer
     from aioengine.hub import resolve_model
+    from aioengine.text.detokenize import load_hf_tokenizer
 
     tok = load_hf_tokenizer(resolve_model("tiny").tokenizer_path)
     assert out.text and out.text == tok.decode([5, 6, 7, 8, *out.tokens])[

@@ -102,7 +102,7 @@ def test_io_threads_are_batch_so_their_wakeups_never_preempt_the_model(engine):
 
 
 def test_engine_modules_import_no_torch():
-    """The host imports ``core_proc`` (for TARGET and EngineLaunch); the mp engine process
+    """The engine process imports ``core_proc``; the mp engine process also
     runs the core and the mp executor: none of them may pull torch in at import."""
     import subprocess
     import sys

@@ -8,7 +8,7 @@ import time
 
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
@@ -41,21 +41,34 @@ def req(rid: str, params: SamplingParams, prompt=(5, 6, 7, 8)) -> AddRequest:
 _ids = itertools.count()
 
 
-@pytest.mark.skip(reason="hangs past 300 s with hypothesis seed "
-                  "252183406114408104821495817939129454038 (not yet diagnosed; see "
-                  "notes/structured.md)")
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+# Found with seed 252183406114408104821495817939129454038: not a hang in the engine but a
+# correct "length" finish (a deep schema needs more tokens than the 96-token context) that the
+# test called a failure; hypothesis then shrank it, one engine run per step, for over 300 s. A
+# cut output must be a prefix the grammar allows and must have used the whole budget; the
+# examples are few, the shrink phase is off (a failure reports its example at once) and the
+# test has its own timeout.
+@pytest.mark.timeout(240)
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck),
+          phases=[Phase.explicit, Phase.generate])
 @given(st.lists(schemas, min_size=6, max_size=6), st.integers(0, 2**31))
 def test_every_output_validates_against_its_random_schema(core, tokenizer, batch, seed):
+    prompt = (5, 6, 7, 8)
     requests = [req(f"s{next(_ids)}", constrained(StructuredOutputs(json=s), seed=seed + i,
-                                                max_tokens=200))
+                                                max_tokens=200), prompt=prompt)
                 for i, s in enumerate(batch)]
     outs = run_core(core, requests)
+    budget = min(200, core.max_model_len - len(prompt))
     for schema, r in zip(batch, requests, strict=True):
         out = outs[r.request_id]
-        assert out.finish_reason == "stop", (schema, out)
-        value = json.loads(text_of(tokenizer, out))
-        jsonschema.validate(value, schema)
+        assert out.finish_reason in ("stop", "length"), (schema, out)
+        if out.finish_reason == "stop":
+            jsonschema.validate(json.loads(text_of(tokenizer, out)), schema)
+            continue
+        assert len(out.tokens) == budget, (schema, out)
+        backend = core.grammars.backend
+        matcher = backend.matcher(backend.compile(r.params.structured_outputs))
+        assert all(matcher.accept(t) for t in out.tokens), (schema, out)
+        assert not matcher.is_terminated
 
 
 def test_choice_regex_grammar_and_json_object(core, tokenizer):

@@ -7,6 +7,8 @@ import msgspec
 import pytest
 
 from aioengine.config import EngineConfig
+from aioengine.messages.launch import WORKER_TARGET as TARGET
+from aioengine.messages.launch import WorkerLaunch
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.messages.worker_io import (
     NewSequence,
@@ -16,7 +18,7 @@ from aioengine.messages.worker_io import (
     WorkerError,
 )
 from aioengine.runtime import ChildSpec, EngineStartupError, EventType, Supervisor
-from aioengine.worker.worker_proc import TARGET, WorkerLaunch, make_worker_target
+from aioengine.worker.worker_proc import make_worker_target
 from tests.worker.step_driver import StepDriver
 from tests.worker.worker_harness import WorkerFailed, WorkerHarness
 

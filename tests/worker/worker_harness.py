@@ -9,6 +9,8 @@ import time
 import msgspec
 
 from aioengine.config import EngineConfig
+from aioengine.messages.launch import WORKER_TARGET as TARGET
+from aioengine.messages.launch import WorkerLaunch
 from aioengine.messages.worker_io import (
     StepInput,
     StepResult,
@@ -20,7 +22,6 @@ from aioengine.messages.worker_io import (
 )
 from aioengine.runtime import ChildSpec, Supervisor
 from aioengine.worker.parallel.distributed import default_init_addr
-from aioengine.worker.worker_proc import TARGET, WorkerLaunch
 from transports import PeerClosedError, open_broadcast_writer, open_reader
 
 REPLY_TIMEOUT = 120.0  # generous: a loaded 2-core box

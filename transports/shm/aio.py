@@ -27,7 +27,7 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def _retired(endpoint: object, core: Core) -> tuple[AsyncDriver, weakref.finalize]:
+def _retired(endpoint: object, core: Core) -> tuple[AsyncDriver, weakref.finalize[[Core], object]]:
     """The endpoint's driver, and its close: at close() or when the endpoint is collected."""
     driver = AsyncDriver()
     return driver, weakref.finalize(endpoint, driver.retire, core)
@@ -83,7 +83,7 @@ class ShmAsyncReader(AsyncReader):
         core.ops += 1
         try:
             if core.fast:
-                msg = core.ring.next_message()
+                msg = core.ring.next_message()  # type: ignore[union-attr]  # fast: attached
                 if msg is not None:
                     return msg
             deadline = _deadline(timeout)

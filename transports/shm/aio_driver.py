@@ -56,14 +56,20 @@ class AsyncDriver:
 
     async def run(self, gen: Generator[Wait, frozenset[int], T]) -> T:
         try:
-            loop = asyncio.get_running_loop()
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # another event loop (trio): anyio waits instead
+                from transports.shm import anyio_driver
+
+                return await anyio_driver.run(gen)
             if loop is not self._loop:
                 self._move_to(loop)
             wait = next(gen)
             while True:
                 wait = gen.send(await self._wait(loop, wait))
         except StopIteration as stop:
-            return stop.value
+            result: T = stop.value
+            return result
         finally:
             gen.close()
 

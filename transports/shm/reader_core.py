@@ -200,7 +200,7 @@ class ReaderCore(Core):
         if not ring.arm():
             return True
         try:
-            events = self._poller.poll(ms)
+            events = self._poller.poll(ms)  # type: ignore[union-attr]  # set with the ring
         finally:
             ring.disarm()
         if len(events) == 1 and events[0][0] == self._efd:

@@ -14,7 +14,6 @@ end and our poll(2) sees POLLIN/POLLHUP at once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import logging
@@ -23,6 +22,8 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
+
+import anyio
 
 from transports.errors import AddressError, PeerClosedError, TransportError
 from transports.shm.address import socket_address, url
@@ -75,12 +76,13 @@ def listen(name: str, backlog: int) -> socket.socket:
 
 def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    uid: int = struct.unpack("3i", creds)[1]
+    return uid
 
 
 def accept(listener: socket.socket, name: str) -> list[socket.socket]:
     """Every connection waiting on ``listener`` whose process belongs to our user."""
-    conns = []
+    conns: list[socket.socket] = []
     while True:
         try:
             sock, _ = listener.accept()
@@ -136,7 +138,7 @@ async def connect_async(name: str, timeout: float) -> socket.socket:
         left = end - time.monotonic()
         if left <= 0:
             raise _connect_timeout(name, timeout)
-        await asyncio.sleep(min(delay, left))
+        await anyio.sleep(min(delay, left))  # asyncio or trio
         delay = min(delay * 2, _RETRY_MAX)
     return sock
 

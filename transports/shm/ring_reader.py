@@ -137,9 +137,9 @@ class RingReader:
                 self._advance(size)
                 return msg
             if kind == CHUNK:
-                msg = self._chunk(pos)
-                if msg is not None:
-                    return msg
+                whole = self._chunk(pos)
+                if whole is not None:
+                    return whole
             elif kind == WRAP:
                 self._advance(cap - pos)
             elif kind == BEGIN:

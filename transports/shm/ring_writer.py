@@ -73,10 +73,10 @@ class RingWriter:
         for part in parts:
             kind = type(part)
             if kind is not bytes and kind is not bytearray and not (
-                    kind is memoryview and part.format == "B" and part.ndim == 1  # type: ignore
-                    and part.c_contiguous):  # type: ignore[attr-defined]
+                    kind is memoryview and part.format == "B" and part.ndim == 1
+                    and part.c_contiguous):
                 return False
-            n = len(part)  # type: ignore[arg-type]
+            n = len(part)
             lens.append(n)
             body += (n + 7) & ~7
         nparts = len(parts)
@@ -95,7 +95,7 @@ class RingWriter:
         for k in range(nparts):
             n = lens[k]
             words[w + 2 + k] = n
-            data[p:p + n] = parts[k]  # type: ignore[index]
+            data[p:p + n] = parts[k]
             p += (n + 7) & ~7
         self._commit(pos, size, size >= BIG_RECORD)
         return True

@@ -14,6 +14,7 @@ from transports.shm import options
 from transports.shm import rendezvous as R
 from transports.shm.address import parse_name
 from transports.shm.reader_core import ReaderCore
+from transports.shm.ring_reader import RingReader
 from transports.shm.waiting import SyncDriver
 from transports.shm.writer_core import WriterCore
 
@@ -78,7 +79,7 @@ class ShmSyncReader(SyncReader):
         try:
             spun = False
             if core.fast:
-                ring = core.ring
+                ring: RingReader = core.ring  # type: ignore[assignment]  # fast: attached
                 msg = ring.next_message()
                 if msg is not None:
                     return msg

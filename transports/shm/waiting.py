@@ -98,7 +98,8 @@ class SyncDriver:
             while True:
                 wait = gen.send(self._wait(wait))
         except StopIteration as stop:
-            return stop.value
+            result: T = stop.value
+            return result
         finally:
             gen.close()
 

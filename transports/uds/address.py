@@ -197,7 +197,8 @@ def check_hello(header: bytes, expect_role: int, num_readers: int | None,
 
 def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
+    uid: int = struct.unpack("3i", creds)[1]
+    return uid
 
 
 def refusal(reply: bytes) -> str | None:

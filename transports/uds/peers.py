@@ -44,7 +44,7 @@ class AcceptSpec:
     def admit(self, sock: socket.socket, hello_header: bytes) -> int | None:
         """Check credentials and the hello; reply; return the rank, or None if refused."""
         if A.peer_uid(sock) != os.getuid():
-            reason = "peer runs as another user"
+            reason: str | None = "peer runs as another user"
             rank = None
         else:
             rank, reason = A.check_hello(hello_header, self.role, self.num_readers, self.taken)

@@ -52,7 +52,7 @@ class Channel:
         self.num_readers = num_readers
         self.ctx = zmq.Context(io_threads=1)
         self.sock = self.ctx.socket(kind)
-        self.mon: zmq.Socket | None = None
+        self.mon: zmq.Socket[bytes] | None = None
         self.closed = False
         self.handshakes = 0
         self.ranks: set[int] = set()
@@ -122,7 +122,7 @@ class Channel:
         ~2 us) instead of a ``recv(NOBLOCK)`` that raises ``zmq.Again`` (~5 us, and it lets go
         of the GIL, which costs a model loop sharing this process a wake-up to get it back)."""
         mon = self.mon
-        while mon is not None and mon.getsockopt(EVENTS) & POLLIN:
+        while mon is not None and mon.getsockopt(EVENTS) & POLLIN:  # type: ignore[operator]  # an int option
             try:
                 frames = mon.recv_multipart(NOBLOCK)
             except zmq.Again:
@@ -139,7 +139,7 @@ class Channel:
             self._process_subscriptions()
 
     def _process_subscriptions(self) -> None:
-        while self.sock.getsockopt(EVENTS) & POLLIN:
+        while self.sock.getsockopt(EVENTS) & POLLIN:  # type: ignore[operator]  # an int option
             try:
                 sub = self.sock.recv(NOBLOCK)
             except zmq.Again:
@@ -167,7 +167,7 @@ class Channel:
 
     # ---- data ----------------------------------------------------------------------------------
     def try_recv(self) -> Message | None:
-        if not self.sock.getsockopt(EVENTS) & POLLIN:
+        if not self.sock.getsockopt(EVENTS) & POLLIN:  # type: ignore[operator]  # an int option
             return None  # cheaper than a recv raising zmq.Again (see process_events)
         sock = self.sock
         try:
@@ -186,7 +186,7 @@ class Channel:
     def try_send(self, frames: list[memoryview]) -> list[zmq.MessageTracker] | None:
         """Queue one message, all or nothing. Returns trackers of the caller's writable large
         buffers (zmq reads them later), or None if the channel is full."""
-        trackers = []
+        trackers: list[zmq.MessageTracker] = []
         last = len(frames) - 1
         for i, frame in enumerate(frames):
             flags = NOBLOCK_MORE if i < last else NOBLOCK
@@ -198,7 +198,7 @@ class Channel:
                 if i == 0:
                     return None
                 raise  # later parts of an accepted message are never refused
-            if track:
+            if track and t is not None:
                 trackers.append(t)
         return trackers
 
@@ -247,10 +247,10 @@ class Channel:
         return self.try_send(frames)
 
     def has(self, event: int) -> bool:
-        return bool(self.sock.getsockopt(EVENTS) & event)
+        return bool(self.sock.getsockopt(EVENTS) & event)  # type: ignore[operator]  # an int option
 
     def mon_has_events(self) -> bool:
-        return self.mon is not None and bool(self.mon.getsockopt(EVENTS) & POLLIN)
+        return self.mon is not None and bool(self.mon.getsockopt(EVENTS) & POLLIN)  # type: ignore[operator]  # an int option
 
     # ---- closing -------------------------------------------------------------------------------
     def close(self, linger_ms: int, background: bool = False) -> None:

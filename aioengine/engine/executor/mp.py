@@ -20,6 +20,7 @@ import msgspec
 
 from aioengine.config import EngineConfig
 from aioengine.engine.executor.base import Executor, ExecutorError, ExecutorInfo
+from aioengine.messages.launch import WORKER_TARGET, WorkerLaunch
 from aioengine.messages.worker_io import (
     StepInput,
     StepResult,
@@ -28,8 +29,6 @@ from aioengine.messages.worker_io import (
     WorkerOutbound,
 )
 from aioengine.runtime import ChildSpec, Supervisor, describe_exitcode
-from aioengine.worker.worker_proc import TARGET as WORKER_TARGET
-from aioengine.worker.worker_proc import WorkerLaunch
 from transports import (
     PeerClosedError,
     SyncReader,

@@ -42,9 +42,11 @@ def _gather(kv_cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` of this step -> output ``[T, Hq, D]``."""
-    write_kv(kv_cache, k, v, meta.slot_mapping)
+                    meta: AttentionMetadata, scale: float, write: bool = True) -> torch.Tensor:
+    """``q`` ``[T, Hq, D]``, ``k``/``v`` ``[T, Hkv, D]`` of this step -> output ``[T, Hq, D]``.
+    ``write=False``: k and v are already in the cache at ``meta.slot_mapping``."""
+    if write:
+        write_kv(kv_cache, k, v, meta.slot_mapping)
     dec = meta.decode
     if dec is not None and dec.kernel is not None:
         # Reads the decode rows of q and writes those of out in place: no gather, no scatter.

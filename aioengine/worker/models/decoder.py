@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
+from aioengine.worker.models import cpu_path
 from aioengine.worker.models.layers import RMSNorm, gelu_tanh_and_mul, silu_and_mul
 from aioengine.worker.models.moe import DOWN, GATE, UP, SparseMoE
 from aioengine.worker.models.rope import RotaryEmbedding, apply_rope
@@ -192,6 +193,9 @@ class CausalLM(nn.Module):
         # Gemma 3: windowed (local) layers rotate with their own base.
         self.local_rotary = None if spec.local_rope is None else RotaryEmbedding(
             spec.local_rope, spec.head_dim, spec.max_position_embeddings, dtype, device)
+        # CPU float32: the work between the linears in compiled ops (see cpu_path)
+        ops = cpu_path.load_for(self)
+        self.cpu_path = None if ops is None else cpu_path.CpuLayerPath(self, ops)
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
@@ -217,6 +221,8 @@ class CausalLM(nn.Module):
             raise ValueError(f"this model has sliding-window layers (window "
                              f"{self.spec.sliding_window}): build the attention metadata with "
                              f"sliding_window={self.spec.sliding_window}")
+        if self.cpu_path is not None:
+            return self.cpu_path.forward(h, cos, sin, local, attn_metadata, windowed, kv_caches)
         residual: torch.Tensor | None = None
         for layer, cache in zip(self.layers, kv_caches, strict=True):
             if layer.windowed and windowed is not None:

@@ -50,20 +50,24 @@ class VocabParallelEmbedding(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
-            return F.embedding(input_ids, self.weight)
+            return self._lookup(input_ids)
         outside = (input_ids < self.start) | (input_ids >= self.end)
         local = torch.where(outside, 0, input_ids - self.start)
-        out = F.embedding(local, self.weight)
+        out = self._lookup(local)
         out.masked_fill_(outside.unsqueeze(-1), 0)
         return all_reduce(out, self.tp)
+
+    def _lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.weight is not None:
+            return F.embedding(ids, self.weight)
+        assert self.qhead is not None
+        return _quantized_rows(self.qhead, ids)
 
     def full_shape(self, part: int = 0, is_bias: bool = False) -> tuple[int, ...]:
         return (self.vocab_size, self.hidden_size)
 
     def load(self, src: Any, part: int = 0, is_bias: bool = False) -> None:
         n = self.end - self.start
-        if self.weight is not None:
-            copy_rows(self.weight.data, src, self.start, n)
         if self.qhead is not None:
             from aioengine.worker.quant.weight import source_rows
 
@@ -71,6 +75,38 @@ class VocabParallelEmbedding(nn.Module):
             self.qhead.set_rows(0, qtype, rows)
             if n < self.per_rank:  # the last rank's padding rows give logits of 0
                 self.qhead.set_rows(n, None, torch.zeros(self.per_rank - n, self.hidden_size))
+            stored = getattr(getattr(src, "qtype", None), "name", None)
+            if qtype is not None and hasattr(src, "raw_rows") and isinstance(stored, str) \
+                    and stored.lower() == qtype.name.lower():
+                # The file's own blocks (a GGUF table kept quantized): lookups dequantize the
+                # rows they need from them, the same values a float copy would hold; no float
+                # table (SmolLM2's tied 49152 x 576 table: 113 MB).
+                self.weight = None
+        if self.weight is not None:
+            copy_rows(self.weight.data, src, self.start, n)
+
+
+def _quantized_rows(qhead: QuantizedWeight, ids: torch.Tensor) -> torch.Tensor:
+    """Rows ``ids`` of a quantized table as float32 ``[*ids.shape, K]``: only those rows'
+    blocks are dequantized."""
+    flat = ids.reshape(-1)
+    k = qhead.in_features
+    out = torch.empty(flat.shape[0], k)
+    segments = qhead.segments
+    for seg in segments:
+        if len(segments) == 1:
+            rows, local = torch.arange(flat.shape[0]), flat - seg.offset
+        else:
+            rows = ((flat >= seg.offset) & (flat < seg.offset + seg.n)).nonzero().squeeze(1)
+            local = flat.index_select(0, rows) - seg.offset
+        data = seg.data.index_select(0, local)
+        if seg.qtype is None:
+            out.index_copy_(0, rows, data)
+        elif len(segments) == 1:
+            qhead.kernel.dequantize(seg.qtype, data, k, out)
+        else:
+            out.index_copy_(0, rows, qhead.kernel.dequantize(seg.qtype, data, k))
+    return out.view(*ids.shape, k)
 
 
 class ParallelLMHead(VocabParallelEmbedding):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+from typing import Any
 
 import torch
 
@@ -100,16 +101,49 @@ class PagedDecodeKernel:
                                           or not window_starts.is_contiguous()):
             raise DecodeKernelError(f"window_starts must be a contiguous int64 [{b}] tensor, "
                                     f"got {window_starts.dtype} {tuple(window_starts.shape)}")
-        code = self._fn(q.data_ptr(), q.stride(0), None if rows is None else rows.data_ptr(), t,
-                        kv_cache.data_ptr(), block_tables.data_ptr(), context_lens.data_ptr(),
-                        None if window_starts is None else window_starts.data_ptr(),
-                        out.data_ptr(), b, hq, hkv, d, bs, num_blocks, max_blocks, scale)
+        call = BoundDecode(self._fn, q.stride(0), None if rows is None else rows.data_ptr(), t,
+                           block_tables.data_ptr(), context_lens.data_ptr(),
+                           None if window_starts is None else window_starts.data_ptr(), b, hq,
+                           hkv, d, bs, num_blocks, max_blocks, scale)
+        call(q.data_ptr(), kv_cache.data_ptr(), out.data_ptr())
+        return out
+
+    def bind(self, q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+             context_lens: torch.Tensor, scale: float, out: torch.Tensor,
+             rows: torch.Tensor | None = None,
+             window_starts: torch.Tensor | None = None) -> BoundDecode:
+        """Check the arguments as a call does (and run it), then return the bare call for
+        more layers of this step: ``bound(q_ptr, kv_cache_ptr, out_ptr)`` with q, kv cache
+        and out of the same shapes, strides and dtypes (the tables and lengths must stay
+        alive and unchanged: the step's metadata holds them)."""
+        self(q, kv_cache, block_tables, context_lens, scale, out, rows, window_starts)
+        return BoundDecode(self._fn, q.stride(0), None if rows is None else rows.data_ptr(),
+                           q.shape[0], block_tables.data_ptr(), context_lens.data_ptr(),
+                           None if window_starts is None else window_starts.data_ptr(),
+                           block_tables.shape[0], q.shape[1], kv_cache.shape[1], q.shape[2],
+                           kv_cache.shape[3], kv_cache.shape[2], block_tables.shape[1], scale)
+
+
+class BoundDecode:
+    """The kernel with everything but the q, kv cache and out pointers fixed (one step)."""
+
+    __slots__ = ("_args", "_fn")
+
+    def __init__(self, fn: Any, q_stride: int, rows: int | None, t: int, tables: int,
+                 lens: int, windows: int | None, b: int, hq: int, hkv: int, d: int, bs: int,
+                 num_blocks: int, max_blocks: int, scale: float) -> None:
+        self._fn = fn
+        self._args = (q_stride, rows, t, tables, lens, windows, b, hq, hkv, d, bs, num_blocks,
+                      max_blocks, scale)
+
+    def __call__(self, q: int, kv_cache: int, out: int) -> None:
+        a = self._args
+        code = self._fn(q, a[0], a[1], a[2], kv_cache, a[3], a[4], a[5], out, *a[6:])
         if code:
             raise DecodeKernelError(f"decode kernel rejected its inputs: "
-                                    f"{_ERRORS.get(code, f'error {code}')} (B={b}, T={t}, "
-                                    f"num_blocks={num_blocks}, block_size={bs}, "
-                                    f"max_blocks={max_blocks})")
-        return out
+                                    f"{_ERRORS.get(code, f'error {code}')} (B={a[6]}, "
+                                    f"T={a[2]}, num_blocks={a[11]}, block_size={a[10]}, "
+                                    f"max_blocks={a[12]})")
 
 
 def load_decode_kernel(compiler: str | None = None) -> PagedDecodeKernel:

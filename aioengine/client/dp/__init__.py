@@ -1,0 +1,1 @@
+"""Data parallelism in the client: engine replicas behind one ``AsyncMPClient``."""

@@ -1,0 +1,186 @@
+"""The decoder's forward on CPU float32 with the work between the linears in compiled ops.
+
+At batch 1 on SmolLM2 (30 layers) the linears took ~10 ms of a step and everything else ~5:
+torch's RMSNorm (~19 us a call, 61 a step), rope (~29 us a layer), the KV write, SiLU, the
+attention kernel's per-call checks and the Python of ~10 module calls per layer. Here each
+layer is its four linears plus four C calls (``aioengine.worker.ops``):
+
+    add+RMSNorm -> qkv -> rope+KV write -> attention -> o_proj -> add+RMSNorm -> gate_up
+    -> SiLU*up -> down -> (next layer's) add+RMSNorm
+
+with the residual stream updated in place, the attention kernel's arguments checked once per
+step (``PagedDecodeKernel.bind``), and each layer's modules looked up once. Models it does not
+cover (q/k norms, Gemma's sandwich norms and GELU, MoE layers) and other devices and dtypes
+keep the module path; ``AIOENGINE_CPU_OPS=0`` turns it off (A/B measurements).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from aioengine.worker.attention import AttentionMetadata, paged_attention
+from aioengine.worker.cbuild import KernelBuildError
+from aioengine.worker.ops import CpuOps, load_cpu_ops
+
+if TYPE_CHECKING:
+    from aioengine.worker.models.decoder import CausalLM
+
+logger = logging.getLogger(__name__)
+
+DISABLE_ENV = "AIOENGINE_CPU_OPS"
+"""``0`` keeps the module path on CPU too."""
+
+
+def covers(model: CausalLM) -> str | None:
+    """None when the fast path runs this model, else why not."""
+    spec = model.spec
+    if model.device.type != "cpu" or model.dtype != torch.float32:
+        return f"model on {model.device} in {model.dtype}"
+    if os.environ.get(DISABLE_ENV, "1") == "0":
+        return f"{DISABLE_ENV}=0"
+    if spec.qk_norm or spec.sandwich_norms or spec.moe_layers:
+        return "q/k norms, sandwich norms or MoE layers"
+    if spec.hidden_act != "silu":
+        return f"activation {spec.hidden_act}"
+    return None
+
+
+def load_for(model: CausalLM) -> CpuOps | None:
+    reason = covers(model)
+    if reason is not None:
+        logger.debug("CPU layer ops off: %s", reason)
+        return None
+    try:
+        return load_cpu_ops()
+    except KernelBuildError as e:
+        logger.warning("CPU layer ops unavailable, torch ops instead: %s", e)
+        return None
+
+
+class _Layer:
+    __slots__ = ("down", "gate_up", "in_w", "o", "post_w", "qkv", "windowed")
+
+    def __init__(self, layer: Any) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.qkv = attn.qkv_proj.forward
+        self.o = attn.o_proj.forward
+        self.gate_up = mlp.gate_up_proj.forward
+        self.down = mlp.down_proj.forward
+        self.in_w = layer.input_layernorm.weight.data_ptr()
+        self.post_w = layer.post_attention_layernorm.weight.data_ptr()
+        self.windowed = layer.windowed
+
+
+class CpuLayerPath:
+    def __init__(self, model: CausalLM, ops: CpuOps) -> None:
+        self.model = model
+        self.ops = ops
+        self._layers: list[_Layer] | None = None
+
+    def _prepare(self) -> list[_Layer]:
+        """Per-layer bound methods and weight pointers, taken after loading (the loader fills
+        the parameters in place, so the pointers stay valid)."""
+        if self._layers is None:
+            self._layers = [_Layer(layer) for layer in self.model.layers]
+        return self._layers
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                local: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
+                windowed: AttentionMetadata | None,
+                kv_caches: list[torch.Tensor]) -> torch.Tensor:
+        """``h`` ``[T, H]`` embeddings (owned: it becomes the residual stream), cos/sin
+        ``[T, 1, R/2]`` -> final-normed hidden ``[T, H]``."""
+        model, ops = self.model, self.ops
+        layers = self._prepare()
+        attn0 = model.layers[0].self_attn
+        hq, hkv, d, scale = attn0.num_heads, attn0.num_kv_heads, attn0.head_dim, attn0.scale
+        spec = model.spec
+        t, hidden = h.shape
+        eps, offset = float(spec.rms_norm_eps), int(spec.norm_offset)
+        width = (hq + 2 * hkv) * d
+        cache_shape = kv_caches[0].shape
+        for c in kv_caches:
+            if c.shape != cache_shape or not c.is_contiguous() or c.dtype != torch.float32:
+                raise ValueError(f"every layer's KV cache must be a contiguous float32 "
+                                 f"{tuple(cache_shape)} tensor, got {c.dtype} {tuple(c.shape)}")
+        if h.dtype != torch.float32 or not h.is_contiguous():
+            h = h.float().contiguous()
+        half = cos.shape[-1]
+        if 2 * half > d:
+            raise ValueError(f"rotary dims {2 * half} exceed head_dim {d}")
+        tables = [(cos.reshape(t, half).contiguous(), sin.reshape(t, half).contiguous())]
+        if local[0] is not cos:
+            tables.append((local[0].reshape(t, half).contiguous(),
+                           local[1].reshape(t, half).contiguous()))
+        slots = meta.slot_mapping
+        if slots.dtype != torch.int64 or slots.shape != (t,) or not slots.is_contiguous():
+            raise ValueError(f"slot_mapping must be a contiguous int64 [{t}], got "
+                             f"{slots.dtype} {tuple(slots.shape)}")
+        slots_ptr = slots.data_ptr()
+        slots_per_head = cache_shape[2] * cache_shape[3]
+        norm, rope, silu = ops.fn_add_rms_norm, ops.fn_rope_store, ops.fn_silu_mul
+        bound: dict[int, Any] = {}
+
+        residual = h
+        x = torch.empty(t, hidden)
+        x_ptr = x.data_ptr()
+        act: torch.Tensor | None = None
+        code = norm(h.data_ptr(), hidden, None, hidden, layers[0].in_w, x_ptr, hidden, t,
+                    hidden, eps, offset, 0)
+        for i, (layer, cache) in enumerate(zip(layers, kv_caches, strict=True)):
+            lmeta = windowed if layer.windowed and windowed is not None else meta
+            c, s = tables[-1] if layer.windowed and len(tables) > 1 else tables[0]
+            qkv = layer.qkv(x)
+            if qkv.shape != (t, width) or not qkv.is_contiguous():
+                raise ValueError(f"layer {i}: qkv output {tuple(qkv.shape)} is not a "
+                                 f"contiguous [{t}, {width}]")
+            code |= rope(qkv.data_ptr(), width, t, hq, hkv, d, c.data_ptr(), s.data_ptr(),
+                         half, cache.data_ptr(), slots_per_head, slots_ptr)
+            if code:
+                raise ValueError(f"layer {i}: rope/KV write rejected its inputs (code {code}: "
+                                 f"a slot outside the cache of {slots_per_head} slots per head, "
+                                 "or bad sizes)")
+            q = qkv[:, :hq * d].view(t, hq, d)
+            out = self._attend(q, qkv, cache, lmeta, scale, bound, hq, hkv, d)
+            o = layer.o(out.view(t, hq * d))
+            code |= norm(o.data_ptr(), hidden, residual.data_ptr(), hidden, layer.post_w, x_ptr,
+                         hidden, t, hidden, eps, offset, 1)
+            gu = layer.gate_up(x)
+            inter = gu.shape[1] // 2
+            if act is None or act.shape[1] != inter:
+                act = torch.empty(t, inter)
+            code |= silu(gu.data_ptr(), 2 * inter, act.data_ptr(), inter, t, inter)
+            dn = layer.down(act)
+            next_w = layers[i + 1].in_w if i + 1 < len(layers) else model.norm.weight.data_ptr()
+            code |= norm(dn.data_ptr(), hidden, residual.data_ptr(), hidden, next_w, x_ptr,
+                         hidden, t, hidden, eps, offset, 1)
+            if code:
+                raise ValueError(f"layer {i}: a CPU layer op rejected its inputs (code {code}:"
+                                 " bad sizes)")
+        return x
+
+    @staticmethod
+    def _attend(q: torch.Tensor, qkv: torch.Tensor, cache: torch.Tensor,
+                meta: AttentionMetadata, scale: float, bound: dict[int, Any], hq: int,
+                hkv: int, d: int) -> torch.Tensor:
+        t = q.shape[0]
+        dec = meta.decode
+        if dec is not None and dec.kernel is not None and dec.token_index is None \
+                and not meta.prefills:
+            out = torch.empty(t, hq, d)
+            call = bound.get(id(meta))
+            if call is None:  # first layer of the step on this metadata: checked call
+                assert dec.block_tables is not None and dec.context_lens is not None
+                bound[id(meta)] = dec.kernel.bind(q, cache, dec.block_tables,
+                                                  dec.context_lens, scale, out, None,
+                                                  dec.window_starts)
+            else:
+                call(q.data_ptr(), cache.data_ptr(), out.data_ptr())
+            return out
+        k = qkv[:, hq * d:(hq + hkv) * d].view(t, hkv, d)
+        v = qkv[:, (hq + hkv) * d:].view(t, hkv, d)
+        return paged_attention(q, k, v, cache, meta, scale, write=False)

@@ -1,0 +1,46 @@
+"""``python -m aioengine.serve --data-parallel-size 2``: both replicas serve; with
+``--replica-failure degrade`` a killed replica turns ``/health`` to 200 "degraded" and the server
+keeps answering on the survivor; SIGTERM then leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import psutil
+import pytest
+
+from tests.server.server_process import ServerProcess
+
+pytestmark = pytest.mark.anyio
+
+
+async def _complete(s: aiohttp.ClientSession, url: str, i: int) -> int:
+    body = {"prompt": f"replica test {i}", "max_tokens": 4, "ignore_eos": True}
+    async with s.post(url + "/v1/completions", json=body) as resp:
+        return resp.status
+
+
+async def test_degraded_server_keeps_serving_and_says_so() -> None:
+    with ServerProcess("--data-parallel-size", "2", "--replica-failure", "degrade") as srv:
+        engines = [p for p in srv.descendants if p.name() == "aioengine-engine"]
+        assert len(engines) == 2, [p.name() for p in srv.descendants]
+        async with aiohttp.ClientSession() as s:
+            async with s.get(srv.url + "/health") as resp:
+                assert resp.status == 200 and (await resp.json()) == {"status": "ok"}
+            assert await asyncio.gather(*(_complete(s, srv.url, i) for i in range(4))) \
+                == [200] * 4
+            engines[1].kill()
+            psutil.wait_procs([engines[1]], timeout=10)
+            for _ in range(100):
+                async with s.get(srv.url + "/health") as resp:
+                    assert resp.status == 200
+                    health = await resp.json()
+                if health["status"] != "ok":
+                    break
+                await asyncio.sleep(0.05)
+            assert health == {"status": "degraded", "replicas_alive": 1,
+                              "data_parallel_size": 2}
+            assert await asyncio.gather(*(_complete(s, srv.url, i) for i in range(4))) \
+                == [200] * 4
+        assert await asyncio.to_thread(srv.terminate) == 0, srv.output()
