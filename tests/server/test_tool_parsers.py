@@ -52,6 +52,12 @@ HERMES_REPLIES = [
      [ADD]),
     # cut off before the closing tag (a stop string or max_tokens) but whole JSON: a call
     ("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n", "", [ADD]),
+    # the function named, the tag closed, the JSON around the arguments off (a small model's
+    # missing last brace): the call as written
+    ("<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}\n</tool_call>",
+     "", [ADD]),
+    ("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1,</tool_call>", "",
+     [ParsedCall("add", '{"a": 1,')]),
     # not JSON, or not a call: shown as text, tags and all
     ("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call> ok", None),
     ("<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
@@ -335,3 +341,12 @@ def test_tool_plans_are_kept_per_tools_and_choice() -> None:
     assert changed is not first
     assert '"integer"' in changed_params.structured_outputs.grammar
     assert plan(TOOLS, "auto")[1].structured_outputs is None
+
+
+@settings(deadline=None)
+@given(st.lists(st.integers(0, 200), max_size=12))
+def test_hermes_stream_never_sends_the_closing_tag_as_arguments(points: list[int]) -> None:
+    reply = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2</tool_call>'
+    out = streamed("hermes", cuts(reply, points))
+    assert out.calls == [ParsedCall("add", '{"a": 1, "b": 2')]
+    assert "".join(d.arguments for d in out.deltas or []) == '{"a": 1, "b": 2'

@@ -11,6 +11,7 @@ from typing import Any
 from aioengine.server.tool_parsers.base import (
     CallDelta,
     Parsed,
+    ParsedCall,
     StreamParser,
     ToolParser,
     call_from_json,
@@ -34,6 +35,7 @@ class HermesStream(StreamParser):
         self._calls = 0
         self._started = 0  # calls whose start was sent
         self._args: _ObjectScan | None = None  # the arguments of the call being streamed
+        self._name = ""  # its function
 
     def feed(self, text: str) -> Parsed:
         self._buf += text
@@ -77,10 +79,15 @@ class HermesStream(StreamParser):
             head = _HEAD.match(self._buf)
             if head is None:
                 return out
-            self._args = _ObjectScan(self._buf, head.end())
-            out.deltas.append(CallDelta(self._started, json.loads(head.group(1)), ""))
+            self._args = _ObjectScan(head.end())
+            self._name = json.loads(head.group(1))
+            out.deltas.append(CallDelta(self._started, self._name, ""))
             self._started += 1
-        piece = self._args.scan(self._buf)
+        # Never past the closing tag (or what may be its start): a malformed object that does
+        # not close must not swallow it.
+        end = self._buf.find(END)
+        limit = end if end >= 0 else len(self._buf) - held_prefix(self._buf, END)
+        piece = self._args.scan(self._buf, limit)
         if piece:
             out.deltas.append(CallDelta(self._started - 1, None, piece))
         return out
@@ -95,6 +102,11 @@ class HermesStream(StreamParser):
         except ValueError:
             call = None
         streamed = self._args is not None
+        if call is None and streamed and closed:
+            # The model named the function and closed the tag, but the JSON around the
+            # arguments is off (a small model drops the last brace): the call as written,
+            # its arguments as sent (a client can tell them apart: they may not parse).
+            call = ParsedCall(self._name, _normalized(self._args.text(self._buf)))
         if call is None:
             # Not a call after all; a start already sent stays (its arguments are cut short).
             return Parsed(START + body + (END if closed else ""), deltas=[])
@@ -108,21 +120,34 @@ class HermesStream(StreamParser):
                                             CallDelta(index, None, call.arguments)])
 
 
+def _normalized(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else arguments
+
+
 class _ObjectScan:
     """Follows one JSON object in a growing buffer from ``start``; ``scan`` returns the text
     added since the last call, up to and including the object's closing brace."""
 
-    def __init__(self, buf: str, start: int) -> None:
+    def __init__(self, start: int) -> None:
+        self._start = start
         self._pos = start
         self._depth = 0
         self._in_string = False
         self._escape = False
         self._done = False
 
-    def scan(self, buf: str) -> str:
+    def text(self, buf: str) -> str:
+        """All of the object seen so far."""
+        return buf[self._start:self._pos]
+
+    def scan(self, buf: str, limit: int) -> str:
         begin = self._pos
         pos = begin
-        while pos < len(buf) and not self._done:
+        while pos < limit and not self._done:
             ch = buf[pos]
             pos += 1
             if self._in_string:
