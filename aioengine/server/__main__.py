@@ -126,10 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "(1, 2, 4, ... 30 s; /health answers 503 meanwhile); 'keep' stays "
                            "up answering 503 (default: exit)")
     http.add_argument("--tool-call-parser", default="hermes", choices=parser_names(),
-                      help="how tool_choice 'auto' finds the function calls in a reply: the "
-                           "model family's format (hermes: Qwen/Hermes <tool_call> JSON, also "
-                           "what templates without tools are given; llama3_json: Llama 3.x "
-                           "JSON; default: %(default)s)")
+                      help="the model family's tool-call format: how tool_choice 'auto' "
+                           "finds the function calls in a reply, and what 'required'/named "
+                           "choices write (hermes: Qwen/Hermes <tool_call> JSON, also what "
+                           "templates without tools are given; llama3_json: Llama 3.x JSON; "
+                           "default: %(default)s)")
     http.add_argument("--max-engine-restarts", type=int, default=5, metavar="N",
                       help="with --on-engine-death restart: after N restarts in a row (an "
                            "engine up for a minute ends the streak) exit with status 1 "

@@ -75,8 +75,9 @@ class ServerSettings:
     allow_credentials: bool = False
     """With ``allowed_origins``: let browsers send cookies / HTTP auth cross-origin."""
     tool_call_parser: str = "hermes"
-    """How ``tool_choice: "auto"`` finds the calls in a reply: the model family's format
-    (``aioengine.server.tool_parsers``: ``hermes``/``qwen``, ``llama3_json``)."""
+    """The model family's tool-call format (``aioengine.server.tool_parsers``: ``hermes``/
+    ``qwen``, ``llama3_json``): how ``tool_choice: "auto"`` finds the calls in a reply, and
+    the format ``required`` and named choices are made to write."""
     strict_request_fields: bool = False
     """Refuse (400) request fields the server does not use; by default they are ignored, logged
     once per name and listed in the ``x-aioengine-ignored-fields`` response header."""

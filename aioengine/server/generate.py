@@ -127,7 +127,7 @@ class GenerateHandlers:
             self._metrics.count("chat", "rejected")
             raise
         messages, extra = chat_inputs(req.messages, plan.tools if plan else None,
-                                      self._tokenizer)
+                                      self._tokenizer, may_call=plan is None or plan.parses)
 
         def start(i: int) -> AsyncIterator[Any]:
             return self._client.chat(messages, seeded(params, i), **extra)

@@ -3,13 +3,14 @@ tool calls in the history, and the calls in the reply (whole or streamed as delt
 
 How each ``tool_choice`` is served:
 
-- ``none``: the model sees the tools (through its chat template) and answers with text.
+- ``none``: the model answers with text (a template that renders tools still gets them).
 - ``auto`` (the default with tools): the model writes freely; the server's tool-call parser
   (``--tool-call-parser``, ``tool_parsers``) finds the calls in the model's own format.
 - ``required`` and a named function: a grammar built from the tools' parameter schemas makes
   the reply a call whose arguments match its schema, so even a weak model returns a valid one.
-  ``required``: a JSON array of ``{"name", "arguments"}`` objects (one item unless
-  ``parallel_tool_calls``); named: the arguments object itself.
+  The calls are written in the parser's own format (``<tool_call>`` blocks for ``hermes``),
+  the one the model was taught and the parser reads back; one call unless
+  ``parallel_tool_calls`` (a model can end its reply after any call).
 
 A chat template that does not mention ``tools`` (SmolLM2's, the tiny model's) gets the Hermes
 format instead: the tools described in the system message, past calls written as
@@ -19,12 +20,15 @@ format instead: the tools described in the system message, past calls written as
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from msgspec import UNSET
 from msgspec.structs import replace
 
@@ -40,7 +44,12 @@ from aioengine.server.responses import (
     TokenBytes,
     TokenText,
 )
-from aioengine.server.tool_parsers import Parsed, ParsedCall, StreamParser, get_parser
+from aioengine.server.tool_parsers import (
+    CallDelta,
+    Parsed,
+    StreamParser,
+    get_parser,
+)
 from aioengine.structured import GrammarError, check_spec
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -63,44 +72,44 @@ class ToolPlan:
     def parses(self) -> bool:
         return self.mode != "none"
 
+    def _call_schema(self) -> Json:
+        """One JSON schema for a whole call of any allowed function: ``{"name": <const>,
+        "arguments": <its parameters>}``. A parameters schema with ``$ref`` pointers (nested
+        pydantic models: ``#/$defs/Item``) moves under the root's ``$defs`` with its pointers
+        rewritten, so they still resolve there."""
+        names = [self.name] if self.mode == "named" else list(self.schemas)
+        defs: Json = {}
+        items = []
+        for k, name in enumerate(names):
+            args = self.schemas[name]
+            if _has_ref(args):
+                defs[f"tool{k}"] = _rebase_refs(args, f"#/$defs/tool{k}")
+                args = {"$ref": f"#/$defs/tool{k}"}
+            items.append({"type": "object",
+                          "properties": {"name": {"const": name}, "arguments": args},
+                          "required": ["name", "arguments"], "additionalProperties": False})
+        root: Json = items[0] if len(items) == 1 else {"anyOf": items}
+        return {**root, "$defs": defs} if defs else root
+
+    @functools.cached_property
+    def call_grammar(self) -> str | None:
+        """For ``required`` and named choices: the calls in the parser's own format (the one
+        the model was taught), one or (``required`` with ``parallel``) more."""
+        if self.mode not in ("required", "named"):
+            return None
+        return get_parser(self.parser_name).call_grammar(
+            self._call_schema(), self.parallel and self.mode == "required")
+
     def grammar(self) -> StructuredOutputs | None:
         """The constraint for ``required`` and named choices; None for the others."""
-        if self.mode == "named":
-            assert self.name is not None
-            return StructuredOutputs(json=self.schemas[self.name])
-        if self.mode != "required":
-            return None
-        items = [{"type": "object",
-                  "properties": {"name": {"const": name}, "arguments": schema},
-                  "required": ["name", "arguments"], "additionalProperties": False}
-                 for name, schema in self.schemas.items()]
-        array: Json = {"type": "array", "minItems": 1,
-                       "items": items[0] if len(items) == 1 else {"anyOf": items}}
-        if not self.parallel:
-            array["maxItems"] = 1
-        return StructuredOutputs(json=array)
+        lark = self.call_grammar
+        return None if lark is None else StructuredOutputs(grammar=lark)
 
     def stream_parser(self) -> StreamParser:
-        if self.mode == "named":
-            assert self.name is not None
-            return _NamedStream(self.name)
-        if self.mode == "required":
-            return _ArrayStream()
         return _OnlyFirst(get_parser(self.parser_name).stream(), self.parallel)
 
     def extract(self, text: str) -> Parsed:
-        """The reply's content and calls (whole); ``required``/named output that is not whole
-        JSON (cut by ``max_tokens``) is returned as text."""
-        if self.mode == "named":
-            assert self.name is not None
-            try:
-                json.loads(text)
-            except ValueError:
-                return Parsed(text)
-            return Parsed(calls=[ParsedCall(self.name, text)])
-        if self.mode == "required":
-            calls = _array_calls(text)
-            return Parsed(calls=calls) if calls else Parsed(text)
+        """The reply's content and calls (whole)."""
         out = get_parser(self.parser_name).extract(text)
         if out.calls and not self.parallel:
             out.calls = out.calls[:1]
@@ -121,6 +130,35 @@ def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: 
     if not req.tools:
         raise ApiError(400, "tools is empty; send at least one function, or leave tools out",
                        param="tools", code="invalid_parameter")
+    # Agents send the same tools with every request: their checks and grammar are kept.
+    key = msgspec.json.encode((req.tools, req.tool_choice, req.parallel_tool_calls,
+                               parser_name))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _new_plan(req, parser_name)
+        _PLANS[key] = plan
+        if len(_PLANS) > _PLAN_CACHE:
+            _PLANS.popitem(last=False)
+    else:
+        _PLANS.move_to_end(key)
+    spec = plan.grammar()
+    if spec is not None:
+        if params.structured_outputs is not None:
+            raise ApiError(400, f"tool_choice {_choice_text(req.tool_choice)} constrains the "
+                           "reply to a tool call; it cannot be combined with response_format "
+                           "or structured_outputs", param="tool_choice",
+                           code="invalid_parameter")
+        params = replace(params, structured_outputs=spec)
+    return plan, params
+
+
+_PLAN_CACHE = 256
+_PLANS: OrderedDict[bytes, ToolPlan] = OrderedDict()
+
+
+def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
+    """The checked plan for ``req``'s tools and choice (400 naming what is wrong)."""
+    assert req.tools
     schemas: dict[str, Json] = {}
     tools: list[Json] = []
     for i, tool in enumerate(req.tools):
@@ -155,12 +193,12 @@ def plan_tools(req: ChatCompletionRequest, params: SamplingParams, parser_name: 
         plan.mode = choice
     spec = plan.grammar()
     if spec is not None:
-        if params.structured_outputs is not None:
-            raise ApiError(400, f"tool_choice {_choice_text(choice)} constrains the reply to a "
-                           "tool call; it cannot be combined with response_format or "
-                           "structured_outputs", param="tool_choice", code="invalid_parameter")
-        params = replace(params, structured_outputs=spec)
-    return plan, params
+        try:  # each schema compiled alone; together they may not (a pointer gone astray)
+            check_spec(spec)
+        except GrammarError as e:
+            raise ApiError(400, f"the tools' parameter schemas do not compile into a call "
+                           f"grammar: {e}", param="tools", code="invalid_parameter") from e
+    return plan
 
 
 def closed_objects(schema: Any) -> Any:
@@ -177,13 +215,34 @@ def closed_objects(schema: Any) -> Any:
         if key in ("properties", "$defs", "definitions", "patternProperties"):
             out[key] = ({k: closed_objects(v) for k, v in value.items()}
                         if isinstance(value, dict) else value)
-        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties", "not"):
+        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties"):
             out[key] = closed_objects(value)
         else:
             out[key] = value
     if "properties" in out and "additionalProperties" not in out \
             and "patternProperties" not in out:
         out["additionalProperties"] = False
+    return out
+
+
+def _has_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return "$ref" in schema or any(_has_ref(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_ref(v) for v in schema)
+    return False
+
+
+def _rebase_refs(schema: Any, base: str) -> Any:
+    """Local pointers (``#...``) made relative to ``base`` instead of the document root."""
+    if isinstance(schema, list):
+        return [_rebase_refs(v, base) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _rebase_refs(v, base) for k, v in schema.items()}
+    ref = out.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        out["$ref"] = base + ref[1:]
     return out
 
 
@@ -247,13 +306,16 @@ def template_knows_tools(source: str | None) -> bool:
     return source is not None and "tools" in source
 
 
-def chat_inputs(messages: list[ChatMessage], tools: list[Json] | None, tokenizer: Any
-                ) -> tuple[list[Json], dict[str, Any]]:
-    """The template's messages and its extra arguments (``tools`` when it renders them)."""
+def chat_inputs(messages: list[ChatMessage], tools: list[Json] | None, tokenizer: Any, *,
+                may_call: bool = True) -> tuple[list[Json], dict[str, Any]]:
+    """The template's messages and its extra arguments (``tools`` when it renders them). With
+    ``may_call`` false (``tool_choice: "none"``) a template without tools is not given the
+    Hermes instructions to call them; a tool-aware one still sees the tools, as vLLM does."""
     template = getattr(tokenizer, "chat_template", None)
     knows = template_knows_tools(getattr(template, "source", None))
-    return template_messages(messages, tools, knows), ({"tools": tools} if tools and knows
-                                                       else {})
+    described = tools if knows or may_call else None
+    return template_messages(messages, described, knows), ({"tools": tools} if tools and knows
+                                                           else {})
 
 
 def tool_dicts(tools: list[Any] | None) -> list[Json] | None:
@@ -322,87 +384,6 @@ def hermes_system_prompt(tools: list[Json]) -> str:
             '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
-# -- the grammar-constrained outputs --------------------------------------------------------
-
-
-def _array_calls(text: str) -> list[ParsedCall] | None:
-    try:
-        items = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(items, list):
-        return None
-    calls = [_item_call(item) for item in items]
-    return calls if calls and all(c is not None for c in calls) else None  # type: ignore
-
-
-def _item_call(item: Any) -> ParsedCall | None:
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        return None
-    return ParsedCall(item["name"], json.dumps(item.get("arguments", {}), ensure_ascii=False))
-
-
-class _NamedStream(StreamParser):
-    """The reply is the arguments: passed on as it comes (the grammar makes it whole)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def feed(self, text: str) -> Parsed:
-        return Parsed(text)  # ToolChatFormat turns these into argument fragments
-
-    def finish(self) -> Parsed:
-        return Parsed()
-
-
-class _ArrayStream(StreamParser):
-    """A JSON array of calls: each item is emitted once its object closes."""
-
-    def __init__(self) -> None:
-        self._buf = ""
-        self._depth = 0
-        self._in_string = False
-        self._escape = False
-        self._item_start = -1
-        self._scanned = 0
-
-    def feed(self, text: str) -> Parsed:
-        self._buf += text
-        out = Parsed()
-        buf = self._buf
-        for pos in range(self._scanned, len(buf)):
-            ch = buf[pos]
-            if self._in_string:
-                if self._escape:
-                    self._escape = False
-                elif ch == "\\":
-                    self._escape = True
-                elif ch == '"':
-                    self._in_string = False
-                continue
-            if ch == '"':
-                self._in_string = True
-            elif ch in "[{":
-                self._depth += 1
-                if self._depth == 2:
-                    self._item_start = pos
-            elif ch in "]}":
-                if self._depth == 2 and self._item_start >= 0:
-                    try:
-                        call = _item_call(json.loads(buf[self._item_start:pos + 1]))
-                    except ValueError:
-                        call = None
-                    if call is not None:
-                        out.add(Parsed(calls=[call]))
-                    self._item_start = -1
-                self._depth -= 1
-        self._scanned = len(buf)
-        return out
-
-    def finish(self) -> Parsed:
-        return Parsed()
-
-
 class _OnlyFirst(StreamParser):
     """``parallel_tool_calls: false`` in auto mode: calls after the first are dropped."""
 
@@ -414,6 +395,8 @@ class _OnlyFirst(StreamParser):
     def _cut(self, out: Parsed) -> Parsed:
         if out.calls and not self._parallel:
             out.calls = out.calls[:max(0, 1 - self._seen)]
+        if out.deltas and not self._parallel:
+            out.deltas = [d for d in out.deltas if d.index == 0]
         self._seen += len(out.calls or [])
         return out
 
@@ -453,7 +436,8 @@ class ToolChatFormat(ChatFormat):
         parsed = self.plan.extract(state.text)
         message = choice["message"]
         if parsed.calls:
-            message["content"] = parsed.content or None
+            # Under a grammar any text left is a call cut off by max_tokens: not content.
+            message["content"] = (parsed.content or None) if self.plan.mode == "auto" else None
             message["tool_calls"] = [
                 {"id": call_id(), "type": "function",
                  "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
@@ -472,22 +456,20 @@ class ToolChatFormat(ChatFormat):
         if finish_reason is not None:
             parsed.add(parser.finish())
         deltas: list[Json] = []
-        if isinstance(parser, _NamedStream):
-            if self._sent[index] == 0 and (parsed.content or finish_reason is not None):
-                deltas.append({"tool_calls": [self._header(0, parser.name)]})
-                self._sent[index] = 1
-            if parsed.content:
-                deltas.append({"tool_calls": [{"index": 0,
-                                               "function": {"arguments": parsed.content}}]})
-        else:
-            if parsed.content:
-                deltas.append({"content": parsed.content})
-            for call in parsed.calls or []:
-                n = self._sent[index]
-                deltas.append({"tool_calls": [self._header(n, call.name)]})
-                deltas.append({"tool_calls": [{"index": n,
-                                               "function": {"arguments": call.arguments}}]})
-                self._sent[index] = n + 1
+        # Under a grammar text is a call cut off by max_tokens: content only when no call
+        # was started (as in the whole reply).
+        if parsed.content and (self.plan.mode == "auto" or not self._sent[index]):
+            deltas.append({"content": parsed.content})
+        pieces = parsed.deltas if parsed.deltas is not None else [
+            d for c in parsed.calls or []
+            for d in (CallDelta(-1, c.name, ""), CallDelta(-1, None, c.arguments))]
+        for piece in pieces:
+            if piece.name is not None:
+                self._sent[index] += 1
+                deltas.append({"tool_calls": [self._header(self._sent[index] - 1, piece.name)]})
+            elif piece.arguments:
+                deltas.append({"tool_calls": [{"index": self._sent[index] - 1,
+                                               "function": {"arguments": piece.arguments}}]})
         lp = self.logprobs(logprobs) if logprobs is not None else None
         choices = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None}
                    for d in deltas]

@@ -31,14 +31,24 @@ ORDER = {"type": "object", "additionalProperties": False, "required": ["items", 
                             "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{3}$"},
                                            "qty": {"type": "integer", "minimum": 1,
                                                    "maximum": 99}}}}}}
+# Nested models as pydantic writes them: "$ref" pointers into the schema's own "$defs".
+ROUTE = {"type": "object", "required": ["stops"], "$defs": {
+    "Stop": {"type": "object", "required": ["city"],
+             "properties": {"city": {"type": "string", "maxLength": 8},
+                            "next": {"anyOf": [{"$ref": "#/$defs/Leg"}, {"type": "null"}]}}},
+    "Leg": {"type": "object", "required": ["km"],
+            "properties": {"km": {"type": "integer", "minimum": 0, "maximum": 999}}}},
+    "properties": {"stops": {"type": "array", "minItems": 1, "maxItems": 2,
+                             "items": {"$ref": "#/$defs/Stop"}}}}
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast",
                                       "parameters": WEATHER}},
     {"type": "function", "function": {"name": "place_order", "parameters": ORDER}},
     {"type": "function", "function": {"name": "ping"}},  # no parameters: {} only
+    {"type": "function", "function": {"name": "plan_route", "parameters": ROUTE}},
 ]
 SCHEMAS = {"get_weather": WEATHER, "place_order": ORDER,
-           "ping": {"type": "object", "maxProperties": 0}}
+           "ping": {"type": "object", "maxProperties": 0}, "plan_route": ROUTE}
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
@@ -91,7 +101,7 @@ async def test_parallel_tool_calls_false_gives_one_call(oai: Any) -> None:
         check_calls(r.choices[0].message.tool_calls)
 
 
-@pytest.mark.parametrize("name", ["get_weather", "place_order", "ping"])
+@pytest.mark.parametrize("name", ["get_weather", "place_order", "ping", "plan_route"])
 async def test_named_tool_choice_calls_that_function(oai: Any, name: str) -> None:
     r = await oai.chat.completions.create(
         model="tiny", messages=MESSAGES, tools=TOOLS, seed=7, max_tokens=400,
@@ -134,6 +144,31 @@ async def test_streamed_calls_are_reassembled_by_the_sdk(oai: Any) -> None:
         == [args for _, args in check_calls(whole.choices[0].message.tool_calls)]
 
 
+async def test_streamed_choices_keep_their_own_calls(oai: Any) -> None:
+    """n=2 streamed: each choice's deltas reassemble into its own valid calls, the same as
+    the whole reply's choices (same seed), with logprobs for every token."""
+    kwargs: dict[str, Any] = dict(model="tiny", messages=MESSAGES, tools=TOOLS, seed=9, n=2,
+                                  max_tokens=400, tool_choice="required", logprobs=True)
+    whole = await oai.chat.completions.create(**kwargs)
+    for choice in whole.choices:
+        assert len(choice.logprobs.content) > 10
+    calls: dict[int, dict[int, list[str]]] = {0: {}, 1: {}}
+    logprobs = {0: 0, 1: 0}
+    async for chunk in await oai.chat.completions.create(**kwargs, stream=True):
+        (c,) = chunk.choices
+        if c.logprobs is not None:
+            logprobs[c.index] += len(c.logprobs.content)
+        for tc in c.delta.tool_calls or []:
+            if tc.function.name:
+                calls[c.index][tc.index] = [tc.function.name, tc.function.arguments]
+            else:
+                calls[c.index][tc.index][1] += tc.function.arguments
+    for i, choice in enumerate(whole.choices):
+        assert [(n, json.loads(a)) for n, a in calls[i].values()] \
+            == check_calls(choice.message.tool_calls)
+        assert logprobs[i] == len(choice.logprobs.content)
+
+
 async def test_streamed_named_call_sends_argument_fragments(oai: Any) -> None:
     kwargs: dict[str, Any] = dict(
         model="tiny", messages=MESSAGES, tools=TOOLS, seed=5, max_tokens=400,
@@ -165,29 +200,55 @@ async def test_tool_history_round_trip(oai: Any, server: Any) -> None:
     assert second.choices[0].finish_reason in ("stop", "length")
 
     as_dicts = [*MESSAGES, message.model_dump(exclude_none=True), *results]
-    request = {"messages": as_dicts, "tools": TOOLS, "return_token_strs": True}
-    async with aiohttp.ClientSession() as http, \
-            http.post(server.make_url("/tokenize"), json=request) as resp:
-        assert resp.status == 200, await resp.text()
-        body = await resp.json()
-    prompt = "".join(body["token_strs"])
+    async with aiohttp.ClientSession() as http:
+        async with http.post(server.make_url("/tokenize"),
+                             json={"messages": as_dicts}) as resp:  # as "none" renders
+            assert resp.status == 200, await resp.text()
+            body = await resp.json()
+        async with http.post(server.make_url("/detokenize"),
+                             json={"tokens": body["tokens"]}) as resp:
+            prompt = (await resp.json())["prompt"]
     assert body["count"] == second.usage.prompt_tokens
     for i, call in enumerate(message.tool_calls):
         assert f"<tool_response>\nresult {i}\n</tool_response>" in prompt
         assert json.dumps({"name": call.function.name,
-                           "arguments": json.loads(call.function.arguments)}) in prompt
+                           "arguments": json.loads(call.function.arguments)},
+                          ensure_ascii=False) in prompt
 
 
 async def test_auto_and_none_leave_plain_text_alone(oai: Any) -> None:
-    """The tiny model writes no <tool_call>: ``auto`` returns its text as ``none`` does."""
+    """The tiny model writes no <tool_call>: ``auto`` returns its text. ``none`` is not told
+    how to call the tools (tiny's template does not render them): its prompt is the plain
+    conversation's, so its reply is the one without tools."""
     replies = []
-    for choice in ("auto", "none"):
-        r = await oai.chat.completions.create(model="tiny", messages=MESSAGES, tools=TOOLS,
-                                              tool_choice=choice, seed=2, max_tokens=24)
+    for choice in ("auto", "none", None):
+        tools = {"tools": TOOLS, "tool_choice": choice} if choice else {}
+        r = await oai.chat.completions.create(model="tiny", messages=MESSAGES, seed=2,
+                                              max_tokens=24, **tools)
         assert r.choices[0].message.tool_calls is None
         assert r.choices[0].finish_reason in ("stop", "length")
-        replies.append(r.choices[0].message.content)
-    assert replies[0] == replies[1] and replies[0]
+        replies.append((r.choices[0].message.content, r.usage.prompt_tokens))
+    (auto, auto_prompt), none, plain = replies
+    assert auto and none == plain and auto_prompt > plain[1] + 300
+
+
+async def test_llama3_json_parser_calls_are_valid_too(engine: AsyncMPClient) -> None:
+    """With ``--tool-call-parser llama3_json`` the grammar writes that format's calls."""
+    from aioengine.server import ServerSettings
+
+    async with app_server(engine, ServerSettings(tool_call_parser="llama3_json")) as srv, \
+            openai_client(srv) as client:
+        for seed in range(3):
+            r = await client.chat.completions.create(
+                model="tiny", messages=MESSAGES, tools=TOOLS, tool_choice="required",
+                seed=seed, max_tokens=400)
+            assert r.choices[0].finish_reason == "tool_calls"
+            check_calls(r.choices[0].message.tool_calls)
+        async with client.chat.completions.stream(
+                model="tiny", messages=MESSAGES, tools=TOOLS, seed=1, max_tokens=400,
+                tool_choice={"type": "function", "function": {"name": "get_weather"}}) as st:
+            final = await st.get_final_completion()
+        assert check_calls(final.choices[0].message.tool_calls, {"get_weather"})
 
 
 CALL = {"id": "call_a", "type": "function",

@@ -7,7 +7,13 @@ The server picks one with ``--tool-call-parser NAME``; add a format by subclassi
 
 from __future__ import annotations
 
-from aioengine.server.tool_parsers.base import Parsed, ParsedCall, StreamParser, ToolParser
+from aioengine.server.tool_parsers.base import (
+    CallDelta,
+    Parsed,
+    ParsedCall,
+    StreamParser,
+    ToolParser,
+)
 from aioengine.server.tool_parsers.hermes import HermesParser
 from aioengine.server.tool_parsers.llama3_json import Llama3JsonParser
 
@@ -38,5 +44,5 @@ register(Llama3JsonParser)
 # Qwen's models write the Hermes format.
 _REGISTRY["qwen"] = HermesParser
 
-__all__ = ["Parsed", "ParsedCall", "StreamParser", "ToolParser", "get_parser", "parser_names",
-           "register"]
+__all__ = ["CallDelta", "Parsed", "ParsedCall", "StreamParser", "ToolParser", "get_parser",
+           "parser_names", "register"]

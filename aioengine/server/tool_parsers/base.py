@@ -17,17 +17,30 @@ class ParsedCall:
     arguments: str
 
 
+@dataclass(frozen=True)
+class CallDelta:
+    """A piece of a streamed call: its start (``name`` set) or more of its arguments' text."""
+
+    index: int
+    name: str | None
+    arguments: str
+
+
 @dataclass
 class Parsed:
-    """Text to show as content, and the calls found (in order)."""
+    """Text to show as content, and the calls found (in order). A stream parser that sends
+    calls piece by piece also fills ``deltas``; otherwise each whole call is sent at once."""
 
     content: str = ""
     calls: list[ParsedCall] | None = None
+    deltas: list[CallDelta] | None = None
 
     def add(self, other: Parsed) -> None:
         self.content += other.content
         if other.calls:
             self.calls = [*(self.calls or []), *other.calls]
+        if other.deltas is not None:
+            self.deltas = [*(self.deltas or []), *other.deltas]
 
 
 class StreamParser:
@@ -46,6 +59,14 @@ class ToolParser:
     name = ""
 
     def stream(self) -> StreamParser:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def call_grammar(self, call: dict[str, Any], parallel: bool) -> str:  # pragma: no cover
+        """A Lark grammar (llguidance's dialect) whose sentences are calls in this format.
+        ``call`` is the JSON schema of one whole call object, ``{"name", "arguments"}`` (the
+        keys ``extract`` reads): one object schema, or ``anyOf`` them, with ``$defs`` at its
+        root. One call, or several when ``parallel``; ``required`` and named ``tool_choice``
+        are served with it."""
         raise NotImplementedError
 
     def extract(self, text: str) -> Parsed:
@@ -83,3 +104,24 @@ def held_prefix(text: str, marker: str) -> int:
         if marker.startswith(text[-size:]):
             return size
     return 0
+
+
+# Compact JSON inside a grammar: a weak model cannot wander off into whitespace.
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def json_rule(call: dict[str, Any], args_key: str = "arguments") -> str:
+    """A Lark ``%json`` rule body for ``call`` (see ``ToolParser.call_grammar``), with the
+    arguments under ``args_key``."""
+    if args_key != "arguments":
+        if "anyOf" in call:
+            call = {**call, "anyOf": [_rename(c, args_key) for c in call["anyOf"]]}
+        else:
+            call = _rename(call, args_key)
+    return "%json " + json.dumps({**call, "x-guidance": JSON_LAYOUT}, ensure_ascii=False)
+
+
+def _rename(call: dict[str, Any], args_key: str) -> dict[str, Any]:
+    props = {(args_key if k == "arguments" else k): v for k, v in call["properties"].items()}
+    return {**call, "properties": props,
+            "required": [args_key if k == "arguments" else k for k in call["required"]]}

@@ -4,6 +4,7 @@ objects (separated by ``;``), optionally after ``<|python_tag|>``; any other rep
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from aioengine.server.tool_parsers.base import (
     Parsed,
@@ -11,6 +12,7 @@ from aioengine.server.tool_parsers.base import (
     StreamParser,
     ToolParser,
     call_from_json,
+    json_rule,
 )
 
 PYTHON_TAG = "<|python_tag|>"
@@ -70,6 +72,10 @@ class Llama3JsonStream(StreamParser):
 
 class Llama3JsonParser(ToolParser):
     name = "llama3_json"
+
+    def call_grammar(self, call: dict[str, Any], parallel: bool) -> str:
+        more = ' ("; " body)*' if parallel else ""
+        return f"start: body{more}\nbody: {json_rule(call, 'parameters')}\n"
 
     def stream(self) -> StreamParser:
         return Llama3JsonStream()
