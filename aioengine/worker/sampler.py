@@ -23,6 +23,8 @@ An all-greedy batch without penalties, ``min_tokens`` or logprobs is one ``argma
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -198,6 +200,11 @@ class Sampler:
                 gen.manual_seed(position_seed(s.params.seed, len(s.output_token_ids)))
                 uniforms[j] = torch.rand(1, device=device, generator=gen)
         sampled = inverse_cdf_sample(probs, uniforms)
+        # A row whose probabilities are NaN (inf/NaN logits from the model's numerics) draws
+        # past the end of the CDF: it takes its best finite logit instead of an id outside the
+        # vocabulary, which would fail the whole step for every request.
+        best = torch.nan_to_num(r, nan=-math.inf).argmax(dim=-1)
+        sampled = torch.where(sampled < probs.shape[-1], sampled, best)
         if not mixed:
             return sampled
         tokens = x.argmax(dim=-1)

@@ -51,6 +51,20 @@ def test_logits_wider_than_vocab_never_pick_padding() -> None:
     assert all(t < 10 for t in out.token_ids)
 
 
+def test_nan_or_inf_logits_never_give_an_id_outside_the_vocabulary() -> None:
+    """A model's bad numerics must not fail the step for every request: such a row takes its
+    best finite logit (or token 0 when none is finite)."""
+    logits = torch.randn(4, VOCAB)
+    logits[0] = float("nan")
+    logits[1, 3] = float("inf")  # softmax: NaN everywhere
+    logits[2, :] = float("nan")
+    logits[2, 5] = 4.0
+    params = [SamplingParams(temperature=1.0, seed=s) for s in range(4)]
+    out = Sampler(VOCAB).sample(logits, [st(p) for p in params])
+    assert all(0 <= t < VOCAB for t in out.token_ids), out.token_ids
+    assert out.token_ids[1] == 3 and out.token_ids[2] == 5
+
+
 def test_bad_logits_shape_raises() -> None:
     with pytest.raises(ValueError, match=r"logits must be \[2, vocab\]"):
         Sampler(8).sample(torch.zeros(3, 8), [st(SamplingParams())] * 2)
