@@ -24,7 +24,6 @@ An all-greedy batch without penalties, ``min_tokens`` or logprobs is one ``argma
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
