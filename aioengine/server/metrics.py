@@ -56,7 +56,7 @@ class EngineStatsCollector(Collector):
             return
         yield gauge("num_requests_running", "Requests in the running batch", s.num_running)
         yield gauge("num_requests_waiting", "Requests waiting to be scheduled", s.num_waiting)
-        usage = s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0
+        usage = _usage(s)
         yield gauge("kv_cache_usage_ratio", "Fraction of KV-cache blocks in use", usage)
         yield gauge("kv_cache_blocks_total", "KV-cache blocks in the engine", s.kv_blocks_total)
         yield gauge("prefix_cache_hit_rate", "Fraction of prompt tokens found in the prefix "
@@ -64,20 +64,37 @@ class EngineStatsCollector(Collector):
         yield counter("prompt_tokens", "Prompt tokens processed", s.prompt_tokens_total)
         yield counter("generation_tokens", "Tokens generated", s.generation_tokens_total)
         yield counter("num_preemptions", "Requests preempted", s.num_preempted_total)
-        yield from self._router_gauges(s, usage)
+        yield from self._router_gauges(s)
 
-    def _router_gauges(self, s: EngineStats, usage: float) -> Iterator[Metric]:
-        """The same engine gauges under vLLM's names and label, which Kubernetes inference
-        gateways (the Gateway API inference extension, llm-d) and existing dashboards read to
-        route by queue length and KV-cache use."""
-        for name, doc, value in (
-                ("num_requests_running", "Requests in the running batch", s.num_running),
-                ("num_requests_waiting", "Requests waiting to be scheduled", s.num_waiting),
-                ("kv_cache_usage_perc", "KV-cache usage, 0 to 1", usage),
-                ("gpu_cache_usage_perc", "KV-cache usage, 0 to 1 (the older name)", usage)):
-            g = GaugeMetricFamily(f"vllm:{name}", doc, labels=["model_name"])
-            g.add_metric([self._model], value)
+    def _router_gauges(self, s: EngineStats) -> Iterator[Metric]:
+        """The engine gauges under vLLM's names and labels (``model_name``, and ``engine``: the
+        replica's index, "0" without data parallelism), which Kubernetes inference gateways
+        (the Gateway API inference extension, llm-d) and existing dashboards read to route by
+        queue length and KV-cache use. With data-parallel replicas each live replica is its own
+        series, as in vLLM; a dead one (``replica_failure="degrade"``) has none."""
+        engines = [("0", s)] if s.replicas is None else \
+            [(str(i), r) for i, r in enumerate(s.replicas) if r is not None]
+        for name, doc, value_of in (
+                ("num_requests_running", "Requests in the running batch",
+                 lambda e: e.num_running),
+                ("num_requests_waiting", "Requests waiting to be scheduled",
+                 lambda e: e.num_waiting),
+                ("kv_cache_usage_perc", "KV-cache usage, 0 to 1", _usage),
+                ("gpu_cache_usage_perc", "KV-cache usage, 0 to 1 (the older name)", _usage)):
+            g = GaugeMetricFamily(f"vllm:{name}", doc, labels=["model_name", "engine"])
+            for index, e in engines:
+                g.add_metric([self._model, index], value_of(e))
             yield g
+        if s.replicas is not None:
+            up = GaugeMetricFamily("aioengine_replica_up", "1 for each data-parallel replica "
+                                   "that serves, 0 for one that died", labels=["model", "replica"])
+            for i, r in enumerate(s.replicas):
+                up.add_metric([self._model, str(i)], 0.0 if r is None else 1.0)
+            yield up
+
+
+def _usage(s: EngineStats) -> float:
+    return s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0
 
 
 class ServerMetrics:

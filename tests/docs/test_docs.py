@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import griffe
+import msgspec
 import pytest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -156,6 +157,9 @@ def test_metric_names_match_the_exposition() -> None:
         num_running=1, num_waiting=0, num_preempted_total=0, kv_blocks_used=1,
         kv_blocks_total=2, prefix_cache_hit_rate=0.5, prompt_tokens_total=3,
         generation_tokens_total=4)
+    replica = msgspec.structs.replace(metrics.engine.stats)
+    metrics.engine.stats = msgspec.structs.replace(  # two replicas: the per-replica series too
+        metrics.engine.stats, data_parallel_size=2, replicas_alive=1, replicas=[replica, None])
     exposed = set()
     for line in metrics.render().decode().splitlines():
         if line.startswith("#") or not line:
