@@ -4,6 +4,7 @@ watch the assistant's reply grow in the page as tokens stream in."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -96,5 +97,52 @@ async def test_chat_page_streams_reply(engine):
                 s.post(srv.make_url("/api/v1/chat/completions"), json=body) as resp:
             expected = (await resp.json())["choices"][0]["message"]["content"]
         assert shown == expected
+    finally:
+        await srv.close()
+
+
+async def test_json_mode_toggle_constrains_the_reply(engine):
+    """The page's "JSON mode" box sends ``response_format: json_object``: the reply shown is
+    the API's constrained answer for the same conversation, one JSON object."""
+    executable = _chromium()
+    from playwright.async_api import async_playwright
+
+    prompt = "Describe the sea as JSON"
+    app = _load_example().create_chat_app(engine)
+    srv = TestServer(app, host="127.0.0.1")
+    await srv.start_server()
+    try:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=executable, args=ARGS)
+            try:
+                page = await browser.new_page()
+                await page.goto(str(srv.make_url("/")))
+                await page.fill("#max-tokens", "400")
+                await page.fill("#temperature", "0")
+                await page.check("#json-mode")
+                await page.fill("#prompt", prompt)
+                await page.press("#prompt", "Enter")
+                await page.locator(".assistant").last.wait_for()
+                await page.wait_for_function(
+                    "document.querySelector('.assistant').dataset.state !== 'streaming'",
+                    timeout=60_000)
+                shown = await page.locator(".assistant").last.text_content()
+            finally:
+                await browser.close()
+        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 400,
+                "temperature": 0}
+        async with aiohttp.ClientSession() as s:
+            answers = {}
+            for mode, extra in (("json", {"response_format": {"type": "json_object"}}),
+                                ("text", {})):
+                async with s.post(srv.make_url("/api/v1/chat/completions"),
+                                  json={**body, **extra}) as resp:
+                    answers[mode] = (await resp.json())["choices"][0]
+        assert shown == answers["json"]["message"]["content"]
+        assert shown != answers["text"]["message"]["content"]
+        if answers["json"]["finish_reason"] == "stop":
+            assert isinstance(json.loads(shown), dict), shown
+        else:  # cut by max_tokens: still the start of an object
+            assert shown.startswith("{"), shown
     finally:
         await srv.close()

@@ -12,6 +12,7 @@ const els = {
   stop: document.getElementById("stop"),
   maxTokens: document.getElementById("max-tokens"),
   temperature: document.getElementById("temperature"),
+  jsonMode: document.getElementById("json-mode"),
 };
 let controller = null;
 
@@ -62,6 +63,8 @@ async function ask(text) {
         stream: true,
         max_tokens: Number(els.maxTokens.value) || 128,
         temperature: Number(els.temperature.value),
+        // JSON mode: the engine's grammar makes every reply one JSON object.
+        ...(els.jsonMode.checked ? { response_format: { type: "json_object" } } : {}),
       }),
       signal: controller.signal,
     });
