@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from aioengine.worker.quant import QTYPES, load_quant_kernel, quantize
-from aioengine.worker.quant.kernel import ACTIVATIONS
+from aioengine.worker.quant.kernel import ACTIVATIONS, X8_TYPES
 
 SHAPES = [("qkv/o 576x576", 576, 576), ("k/v 192x576", 192, 576), ("gate/up 1536x576", 1536, 576),
           ("down 576x1536", 576, 1536), ("lm_head 49152x576", 49152, 576)]
@@ -49,12 +49,17 @@ def timeit(fn, copies: int, iters: int) -> float:
     return (time.perf_counter() - t) / iters
 
 
-def ab(kern, qt, x, qws, fws, out, th, level, iters, repeats) -> dict[str, float]:
-    """Best seconds per call of ours with each activation precision and of torch fp32
-    (``torch``), alternating in every round."""
+def ab(kern, qt, x, qws, fws, out, th, level, iters, repeats, xws=None) -> dict[str, float]:
+    """Best seconds per call of ours with each activation precision, of the x8 layout
+    (``x8``, int16 activations, when ``xws`` holds its copies) and of torch fp32 (``torch``),
+    alternating in every round."""
     acts = [a for a in ACTIVATIONS if a != "int8" or qt.name in ("q8_0", "q4_0", "q4_1")]
-    best = {a: 1e9 for a in [*acts, "torch"]}
+    best = {a: 1e9 for a in [*acts, "torch", "x8"]}
     for _ in range(repeats):
+        if xws:
+            best["x8"] = min(best["x8"], timeit(
+                lambda i: kern.matmul_x8(qt, x, xws[i], out, threads=th, level=level),
+                len(xws), iters))
         for a in acts:
             best[a] = min(best[a], timeit(
                 lambda i, a=a: kern.matmul(qt, x, qws[i], out, threads=th, level=level,
@@ -115,7 +120,8 @@ def main() -> None:
     print("us per call: ours with int16 (default) / float32 / int8 activations, torch F.linear "
           "on float32 weights; GB/s: weight bytes / time")
     print(f"{'shape':20s} {'type':5s} {'thr':>3s} {'int16':>7s} {'f32':>7s} {'int8':>7s} "
-          f"{'torch':>7s} {'x torch':>7s} {'GB/s':>6s} {'torchGB/s':>9s}")
+          f"{'torch':>7s} {'x torch':>7s} {'GB/s':>6s} {'torchGB/s':>9s} {'x8':>7s} "
+          f"{'x8 GB/s':>7s} {'x8/int16':>8s}")
     for label, n, k in SHAPES:
         if args.shapes and label.split()[0] not in args.shapes.split(","):
             continue
@@ -128,17 +134,20 @@ def main() -> None:
             blocks = torch.from_numpy(quantize(w32, qt))
             copies = max(2, WORKING_SET // blocks.numel())
             qws = [blocks.clone() for _ in range(copies)]
+            xws = [kern.repack_x8(qt, q, k) for q in qws] if name in X8_TYPES else None
             out = torch.empty(args.m, n)
             for th in threads:
                 torch.set_num_threads(th)
                 iters = max(20, min(2000, int(2e8 / (n * k))))
-                b = ab(kern, qt, x, qws, fws, out, th, args.level, iters, args.repeats)
+                b = ab(kern, qt, x, qws, fws, out, th, args.level, iters, args.repeats, xws)
                 i8 = f"{b['int8'] * 1e6:7.1f}" if "int8" in b else f"{'-':>7s}"
+                x8 = (f"{b['x8'] * 1e6:7.1f} {blocks.numel() / b['x8'] / 1e9:7.1f} "
+                      f"{b['int16'] / b['x8']:8.2f}") if xws else ""
                 print(f"{label:20s} {name:5s} {th:3d} {b['int16'] * 1e6:7.1f} "
                       f"{b['float32'] * 1e6:7.1f} {i8} {b['torch'] * 1e6:7.1f} "
                       f"{b['torch'] / b['int16']:7.2f} {blocks.numel() / b['int16'] / 1e9:6.1f} "
-                      f"{w32.nbytes / b['torch'] / 1e9:9.1f}", flush=True)
-            del qws
+                      f"{w32.nbytes / b['torch'] / 1e9:9.1f} {x8}", flush=True)
+            del qws, xws
 
 
 if __name__ == "__main__":
