@@ -5,6 +5,7 @@ every call reads them from memory, as a decode step over 30 layers does.
 
     flock /tmp/bench.lock python scripts/bench_quant_gemv.py [--types q8_0,q4_0] [--m 1]
     flock /tmp/bench.lock python scripts/bench_quant_gemv.py --small-m   # tiled vs sgemm
+    flock /tmp/bench.lock python scripts/bench_quant_gemv.py --decode-pass --types q4_1
 
 Each row alternates ours and torch in the same loop (A/B), best of ``--repeats`` rounds;
 every activation precision of ours (int16 default, float32, int8) runs in the same rounds.
@@ -97,6 +98,43 @@ def small_m(kern, args) -> None:
                           f"{best[1] * 1e6:9.1f} {best[2] * 1e6:9.1f}", flush=True)
 
 
+def decode_pass(kern, args) -> None:
+    """One batch-1 decode step's linears on SmolLM2-135M shapes (30 layers of q/k/v 960x576,
+    o 576x576, gate/up 3072x576, down 576x1536 in ``--types``' first type, and a 49152x576 Q8_0
+    head), each layer its own weights (97 MB: every pass reads from memory): the row layout's
+    int16 kernel against the x8 layout, whole passes alternated, best and median of rounds."""
+    from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
+
+    rng = np.random.default_rng(0)
+    name = args.types.split(",")[0]
+    shapes = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]
+    layers = {False: [], True: []}
+    nbytes = 0
+    for i, (n, k) in enumerate(shapes):
+        t = "q8_0" if i == len(shapes) - 1 else name
+        w = quantize((rng.standard_normal((n, k)) * 0.05).astype(np.float32), t)
+        nbytes += w.nbytes
+        for x8 in (False, True):
+            qw = QuantizedWeight(n, k, QuantPolicy(t, x8=x8), kern)
+            qw.set_rows(0, QTYPES[t], torch.from_numpy(w.copy()))
+            qw.prepare()
+            layers[x8].append((qw, torch.randn(args.m, k)))
+    for th in [int(t) for t in args.threads.split(",")]:
+        torch.set_num_threads(th)
+        times = {False: [], True: []}
+        for _ in range(args.repeats * 10):
+            for x8 in (False, True):
+                t0 = time.perf_counter()
+                for qw, x in layers[x8]:
+                    qw(x)
+                times[x8].append(time.perf_counter() - t0)
+        for x8 in (False, True):
+            b, med = min(times[x8]), float(np.median(times[x8]))
+            print(f"decode pass {name} M={args.m} threads={th} {'x8  ' if x8 else 'rows'}: best "
+                  f"{b * 1e3:.2f} ms ({nbytes / b / 1e9:.1f} GB/s), median {med * 1e3:.2f} ms; "
+                  f"x8/rows best {min(times[False]) / min(times[True]):.2f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--types", default=",".join(QTYPES))
@@ -106,8 +144,12 @@ def main() -> None:
     ap.add_argument("--level", type=int, default=-1)
     ap.add_argument("--small-m", action="store_true")
     ap.add_argument("--shapes", default="")
+    ap.add_argument("--decode-pass", action="store_true")
     args = ap.parse_args()
     kern = load_quant_kernel()
+    if args.decode_pass:
+        decode_pass(kern, args)
+        return
     if args.small_m:
         small_m(kern, args)
         return

@@ -1431,51 +1431,56 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
 }
 
 /* 8 outputs of group gp for MR x rows (x row i: xq + i*n32 etc.), out[i*8 + r] */
-#define X8_KERNEL(NAME, TARGET, MADD_ACC)                                                     \
+/* NA independent integer accumulators per x row (the sums of a block are otherwise one long
+ * dependency chain: vpdpwssd's latency made the VNNI kernel slower than AVX2's before) */
+#define X8_KERNEL(NAME, TARGET, MADD_ACC, NA1, NA3)                                          \
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
         const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
         const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int NA = MR == 1 ? NA1 : MR == 2 ? (NA1 > 2 ? 2 : NA1) : NA3;                  \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
         __m256 acc[4], accm[4];                                                              \
         for (int i = 0; i < 4; i++) acc[i] = accm[i] = _mm256_setzero_ps();                  \
         for (int64_t b = 0; b < nb; b++) {                                                   \
             const uint8_t *p = gp + b * gb, *q = p + po;                                     \
-            __m256i s[4];                                                                    \
-            for (int i = 0; i < 4; i++) s[i] = _mm256_setzero_si256();                        \
+            __m256i s[4][4];                                                                 \
+            for (int i = 0; i < MR; i++)                                                     \
+                for (int a = 0; a < NA; a++) s[i][a] = _mm256_setzero_si256();               \
             if (t == T_Q8_0) {                                                               \
                 for (int c = 0; c < 8; c++) {                                                \
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
-                    __m256i lo = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);              \
-                    __m256i hi = _mm256_srai_epi16(v, 8);                                    \
-                    for (int i = 0; i < MR; i++) {                                           \
-                        const int16_t *xx = xq[i * n32 + b].q + 4 * c;                       \
-                        s[i] = MADD_ACC(s[i], lo, bcast_pair(xx));                           \
-                        s[i] = MADD_ACC(s[i], hi, bcast_pair(xx + 2));                       \
-                    }                                                                        \
+                    __m256i u[2] = {_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8),           \
+                                    _mm256_srai_epi16(v, 8)};                                \
+                    for (int h = 0; h < 2; h++)                                              \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            int a = (2 * c + h) % NA;                                        \
+                            s[i][a] = MADD_ACC(s[i][a], u[h],                                \
+                                               bcast_pair(xq[i * n32 + b].q + 4 * c + 2 * h)); \
+                        }                                                                    \
                 }                                                                            \
             } else {                                                                         \
                 for (int c = 0; c < 4; c++) {                                                \
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
-                    __m256i u0 = _mm256_and_si256(v, m4);                                    \
-                    __m256i u1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);              \
-                    __m256i u2 = _mm256_and_si256(_mm256_srli_epi16(v, 8), m4);              \
-                    __m256i u3 = _mm256_srli_epi16(v, 12);                                   \
-                    for (int i = 0; i < MR; i++) {                                           \
-                        const int16_t *xx = xq[i * n32 + b].q + 8 * c;                       \
-                        s[i] = MADD_ACC(s[i], u0, bcast_pair(xx));                           \
-                        s[i] = MADD_ACC(s[i], u1, bcast_pair(xx + 2));                       \
-                        s[i] = MADD_ACC(s[i], u2, bcast_pair(xx + 4));                       \
-                        s[i] = MADD_ACC(s[i], u3, bcast_pair(xx + 6));                       \
-                    }                                                                        \
+                    __m256i u[4] = {_mm256_and_si256(v, m4),                                 \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),           \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 8), m4),           \
+                                    _mm256_srli_epi16(v, 12)};                               \
+                    for (int h = 0; h < 4; h++)                                              \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            int a = (4 * c + h) % NA;                                        \
+                            s[i][a] = MADD_ACC(s[i][a], u[h],                                \
+                                               bcast_pair(xq[i * n32 + b].q + 8 * c + 2 * h)); \
+                        }                                                                    \
                 }                                                                            \
             }                                                                                \
             __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));               \
             __m256 m8 = t == T_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))) \
                                     : d8;                                                    \
             for (int i = 0; i < MR; i++) {                                                   \
-                __m256i si = s[i];                                                           \
+                __m256i si = s[i][0];                                                        \
+                for (int a = 1; a < NA; a++) si = _mm256_add_epi32(si, s[i][a]);             \
                 if (t == T_Q4_0)                                                             \
                     si = _mm256_sub_epi32(si, _mm256_set1_epi32(8 * xi[i * n32 + b]));       \
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),                             \
@@ -1489,11 +1494,17 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
             _mm256_storeu_ps(out + 8 * i, _mm256_add_ps(acc[i], accm[i]));                   \
     }
 
+#ifndef X8_NA_AVX2 /* accumulators per x row at MR 1 (-D to experiment) */
+#define X8_NA_AVX2 2
+#endif
+#ifndef X8_NA_VNNI
+#define X8_NA_VNNI 4
+#endif
 #define MADD_AVX2(s, a, b) _mm256_add_epi32((s), _mm256_madd_epi16((a), (b)))
-X8_KERNEL(x8_kernel_avx2, AVX2, MADD_AVX2)
+X8_KERNEL(x8_kernel_avx2, AVX2, MADD_AVX2, X8_NA_AVX2, 1)
 #define VNNI __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define MADD_VNNI(s, a, b) _mm256_dpwssd_epi32((s), (a), (b))
-X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI)
+X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, X8_NA_VNNI, 2)
 
 /* one instantiation per (type, MR) so the loops above unroll with constants */
 #define X8_CASES(KERNEL)                                                                      \
