@@ -4,7 +4,7 @@ process (the kernels suite's own step driver: ModelRunner.execute with greedy sa
 
     flock /tmp/bench.lock python scripts/bench_quant_decode.py FILE.gguf [gguf gguf:float32 ...]
 
-(``MODE:ACT`` names the activation precision, default int16; env THREADS=1,2, BATCH=1,
+(``MODE:ACT[:rows]`` names the activation precision, default int16; env THREADS=1,2, BATCH=1,
 SPIN_US=200: the pool's spin before sleeping.)
 
 Prints the median step time per round and the best round's tokens/s; with ``weight GB/s``
@@ -66,8 +66,23 @@ def linears_ms(model: torch.nn.Module, rounds: int = 20) -> float:
     return best * 1000
 
 
+def _row_layout(model: torch.nn.Module) -> None:
+    """Every quantized weight of ``model`` keeps the file's row layout (no x8 repack)."""
+    import dataclasses
+
+    for mod in model.modules():
+        for attr in ("qweight", "qhead"):
+            qw = getattr(mod, attr, None)
+            if qw is not None:
+                qw.policy = dataclasses.replace(qw.policy, x8=False)
+
+
 def main() -> None:
+    # a mode: QUANT[:ACTIVATIONS[:rows]] (rows: the file's row layout instead of x8); FLOAT=0
+    # leaves the float32 model out (the first mode is then the baseline)
     path, modes = sys.argv[1], [None, *(sys.argv[2:] or ["gguf"])]
+    if os.environ.get("FLOAT", "1") == "0":
+        modes = modes[1:]
     batch = int(os.environ.get("BATCH", "1"))
     if "SPIN_US" in os.environ:  # how long idle pool threads spin before sleeping
         from aioengine.worker.quant import load_quant_kernel
@@ -78,18 +93,21 @@ def main() -> None:
         runs = {}
         for mode in modes:
             q, _, act = (mode or "").partition(":")
+            act, _, layout = act.partition(":")
             cfg = EngineConfig(model=path, quantization=q or None, quant_activations=act or "int16",
                                num_threads=threads, block_size=16,
                                num_kv_blocks=per_seq * batch, max_num_seqs=batch)
             runner = ModelRunner(cfg)
             runner.allocate_kv_cache(per_seq * batch)
+            if layout == "rows":
+                _row_layout(runner.model)
             runs[mode] = (_OurModel(runner, per_seq), weight_bytes(runner.model), runner.model)
         prompt = torch.randint(0, 1000, (batch, PROMPT)).tolist()
         times: dict[str | None, list[float]] = {m: [] for m in modes}
         for _ in range(ROUNDS):
             for mode in modes:
                 times[mode].append(runs[mode][0].decode_ms(prompt, WARMUP, STEPS))
-        base = min(times[None])
+        base = min(times[modes[0]])
         for mode in modes:
             best = min(times[mode])
             gbs = runs[mode][1] / (best / 1000) / 1e9
@@ -98,7 +116,8 @@ def main() -> None:
                   f"{runs[mode][1] / (lin / 1000) / 1e9:.1f} GB/s")
             print(f"batch={batch} threads={threads} {mode or 'float32':8s} step ms (per round) "
                   f"{' '.join(f'{t:.2f}' for t in times[mode])} best {best:.2f} = "
-                  f"{batch * 1000 / best:.1f} tok/s, x{base / best:.2f} vs float32, weights "
+                  f"{batch * 1000 / best:.1f} tok/s, x{base / best:.2f} vs "
+                  f"{modes[0] or 'float32'}, weights "
                   f"{runs[mode][1] / 1e6:.0f} MB, {gbs:.1f} GB/s", flush=True)
         del runs
 

@@ -1,8 +1,9 @@
-"""Float32 GEMV for CPU decode: ``y = x @ W^T (+ b)`` for a few rows of ``x``, by a compiled C
-kernel (``gemv_f32.c``, built on first use into the aioengine cache like the decode attention
-kernel) that streams the weights once at close to the machine's read bandwidth and splits the
-rows over its own small thread pool. Anything else (more rows, other dtypes or devices, the
-kernel unavailable) is ``torch.nn.functional.linear``.
+"""Float32 GEMV for CPU decode: ``y = x @ W^T (+ b)`` for a few rows of ``x``, by the compiled
+C kernels' "F32 type" (``qk_gemv_f32`` in ``aioengine/worker/quant/qkernels.c``, built on first
+use into the aioengine cache) that streams the weights once at close to the machine's read
+bandwidth and splits the rows over the kernels' one thread pool (shared with the quantized
+kernels: one pool per process). Anything else (more rows, other dtypes or devices, the kernel
+unavailable) is ``torch.nn.functional.linear``.
 
 Measured on SmolLM2-135M (fp32, 2-core EPYC, docs/benchmarks.md): torch's sgemm reads the
 weights of a batch-1 decode step at ~10-11 GB/s, this kernel at 19-24 GB/s on one thread (a
@@ -21,12 +22,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from aioengine.worker.cbuild import KernelBuildError, build_shared
+from aioengine.worker.cbuild import KernelBuildError
+from aioengine.worker.quant import kernel as _qkernel
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("gemv_f32.c")
-FLAGS = ("-O3", "-march=native", "-std=c11", "-fPIC", "-shared", "-pthread")
+SOURCE = _qkernel.SOURCE
 MAX_ROWS = 8
 """Up to this many rows of x take the kernel; more take torch's GEMM (prefill, big batches),
 which reuses each weight across rows better than a GEMV can."""
@@ -34,8 +35,8 @@ DISABLE_ENV = "AIOENGINE_CPU_GEMV"
 """``0`` turns the kernel off (torch's F.linear everywhere), for A/B measurements."""
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
-_ERRORS = {-1: "bad shapes or leading dimensions", -2: "thread count out of 1..64",
-           -3: "could not start a pool thread"}
+_ERRORS = {-2: "bad shapes or leading dimensions", -6: "thread count out of 1..256",
+           -5: "this CPU lacks the requested code path"}
 
 
 class GemvError(ValueError):
@@ -43,9 +44,9 @@ class GemvError(ValueError):
 
 
 def ensure_built(compiler_name: str | None = None) -> Path:
-    """The kernel's shared object, compiled first if no build for this key exists (the shared
-    build-on-first-use machinery of the compiled CPU kernels)."""
-    return build_shared("gemv_f32", SOURCE, FLAGS, "CPU float32 GEMV kernel", compiler_name)
+    """The kernels' shared object (the quantized kernels' library, which holds the F32 GEMV),
+    compiled first if no build for this key exists."""
+    return _qkernel.ensure_built(compiler_name)
 
 
 class GemvKernel:
@@ -57,11 +58,12 @@ class GemvKernel:
             lib = ctypes.CDLL(path)
         except OSError as e:
             raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
-        fn = lib.gemv_f32
-        fn.argtypes = (_P, _I, _I, _P, _I, _I, _P, _I, ctypes.c_int)
+        fn = lib.qk_gemv_f32
+        fn.argtypes = (_P, _I, _I, _P, _I, _I, _P, _I, ctypes.c_int, ctypes.c_int)
         fn.restype = ctypes.c_int
+        lib.qk_best_level.restype = ctypes.c_int
         self.path = path
-        self.has_avx2 = bool(lib.gemv_f32_has_avx2())
+        self.has_avx2 = lib.qk_best_level() >= 1
         self._lib = lib
         self._fn = fn
 
@@ -82,7 +84,7 @@ class GemvKernel:
         m = x.shape[0]
         y = torch.empty((m, n), dtype=torch.float32)
         code = self._fn(x.data_ptr(), x.stride(0), m, weight.data_ptr(), n, k, y.data_ptr(), n,
-                        threads)
+                        threads, -1)
         if code:
             raise GemvError(f"GEMV kernel rejected its inputs: {_ERRORS.get(code, code)} "
                             f"(M={m}, N={n}, K={k}, threads={threads})")
@@ -100,7 +102,7 @@ def configure(device: torch.device | str, dtype: torch.dtype, threads: int) -> b
     the threads it splits rows over. Returns whether ``linear`` will use it. A kernel that
     cannot be built here is one warning and torch's GEMM."""
     global _kernel, _threads
-    _threads = max(1, min(64, threads))
+    _threads = max(1, min(256, threads))
     if torch.device(device).type != "cpu" or dtype != torch.float32 \
             or os.environ.get(DISABLE_ENV, "1") == "0":
         _kernel = None
@@ -138,7 +140,7 @@ def calibrate_threads(weight: torch.Tensor, budget: int, reps: int = 5) -> int:
 
 def set_threads(n: int) -> None:
     global _threads
-    _threads = max(1, min(64, n))
+    _threads = max(1, min(256, n))
 
 
 def threads() -> int:

@@ -74,6 +74,9 @@ activations rounded per 32 values to 16 bits (error <= 1.5e-5 of the block's lar
 integer dot products; ``int8``: rounded to 8 bits, integer dot products (llama.cpp's CPU scheme;
 q8_0, q4_0, q4_1 only)."""
 
+X8_TYPES = ("q4_0", "q4_1", "q8_0")
+"""Types with the interleaved x8 layout (8 rows' blocks side by side, made at load)."""
+
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _C = ctypes.c_int
@@ -102,12 +105,22 @@ class QuantKernel:
         lib.qk_best_level.restype = _C
         lib.qk_set_spin_ns.argtypes = (ctypes.c_long,)
         lib.qk_pool_size.restype = _C
+        lib.qk_x8_bytes.argtypes = (_C, _I, _I)
+        lib.qk_x8_bytes.restype = _I
+        lib.qk_repack_x8.argtypes = (_C, _P, _I, _I, _I, _P, _C)
+        lib.qk_repack_x8.restype = _C
+        lib.qk_matmul_x8.argtypes = (_C, _P, _I, _I, _P, _I, _I, _P, _I, _C, _C)
+        lib.qk_matmul_x8.restype = _C
+        lib.qk_dequantize_x8.argtypes = (_C, _P, _I, _I, _P, _I, _C, _C)
+        lib.qk_dequantize_x8.restype = _C
         self.path = path
         self._lib = lib
         self.best_level: int = lib.qk_best_level()
         self.raw_matmul = lib.qk_matmul
         """The C entry point itself (no checks; ``QuantizedWeight`` calls it with rows it
         validated at load and activations it made contiguous): returns an error code."""
+        self.raw_matmul_x8 = lib.qk_matmul_x8
+        """The same for weights in the x8 layout (int16 activations)."""
 
     def set_spin_ns(self, ns: int) -> None:
         """How long an idle pool thread spins before it sleeps (default 200 us)."""
@@ -190,6 +203,92 @@ class QuantKernel:
         if code:
             raise QuantKernelError(f"qk_dequantize rejected its inputs: "
                                    f"{_ERRORS.get(code, f'error {code}')}")
+        return out
+
+
+    # -- the interleaved x8 layout (Q4_0, Q4_1, Q8_0; see qkernels.c and docs/quantization.md)
+
+    def x8_bytes(self, qtype: QType, n: int, k: int) -> int:
+        """Bytes of ``n`` rows of ``k`` values in the x8 layout (0: no x8 layout for the type)."""
+        return int(self._lib.qk_x8_bytes(qtype.ggml_id, n, k))
+
+    def _check_x8(self, qtype: QType, w: torch.Tensor, n: int, k: int) -> None:
+        if qtype.name not in X8_TYPES:
+            raise QuantKernelError(f"{qtype.name} has no x8 layout (x8 types: {X8_TYPES})")
+        if w.dtype != torch.uint8 or w.device.type != "cpu" or w.dim() != 1 \
+                or not w.is_contiguous():
+            raise QuantKernelError(f"x8 weights must be a contiguous 1-D CPU uint8 tensor, got "
+                                   f"{w.dtype} {tuple(w.shape)} on {w.device}")
+        try:
+            qtype.row_bytes(k)
+        except ValueError as e:
+            raise QuantKernelError(str(e)) from None
+        if n < 0 or w.numel() != self.x8_bytes(qtype, n, k):
+            raise QuantKernelError(f"{n} {qtype.name} rows of {k} values take "
+                                   f"{self.x8_bytes(qtype, n, k)} bytes in the x8 layout, got "
+                                   f"{w.numel()}")
+
+    def repack_x8(self, qtype: QType, w: torch.Tensor, k: int) -> torch.Tensor:
+        """The rows ``w`` (``[N, row_bytes]``) in the x8 layout: a 1-D uint8 tensor."""
+        if qtype.name not in X8_TYPES:
+            raise QuantKernelError(f"{qtype.name} has no x8 layout (x8 types: {X8_TYPES})")
+        n = w.shape[0] if w.dim() == 2 else -1
+        self._check_w(qtype, w, n, k)
+        out = torch.empty(self.x8_bytes(qtype, n, k), dtype=torch.uint8)
+        code = self._lib.qk_repack_x8(qtype.ggml_id, w.data_ptr(), w.shape[1], n, k,
+                                      out.data_ptr(), 0)
+        if code:
+            raise QuantKernelError(f"qk_repack_x8 rejected its inputs: {error_text(code)}")
+        return out
+
+    def unpack_x8(self, qtype: QType, w: torch.Tensor, n: int, k: int) -> torch.Tensor:
+        """The x8 layout ``w`` back to rows ``[n, row_bytes]`` (byte-equal to the original)."""
+        self._check_x8(qtype, w, n, k)
+        out = torch.empty(n, qtype.row_bytes(k), dtype=torch.uint8)
+        code = self._lib.qk_repack_x8(qtype.ggml_id, w.data_ptr(), out.shape[1], n, k,
+                                      out.data_ptr(), 1)
+        if code:
+            raise QuantKernelError(f"qk_repack_x8 rejected its inputs: {error_text(code)}")
+        return out
+
+    def matmul_x8(self, qtype: QType, x: torch.Tensor, w: torch.Tensor, out: torch.Tensor,
+                  threads: int = 1, level: int = -1) -> torch.Tensor:
+        """``out[M, N] = x[M, K] @ W^T`` with ``W`` in the x8 layout and int16 activations."""
+        level = self._level(level)
+        if x.dtype != torch.float32 or out.dtype != torch.float32 or x.dim() != 2 \
+                or out.dim() != 2 or x.stride(1) != 1 or out.stride(1) != 1 \
+                or x.device.type != "cpu" or out.device.type != "cpu":
+            raise QuantKernelError(f"x and out must be 2-D float32 CPU tensors with unit column "
+                                   f"stride, got {x.dtype} {tuple(x.shape)} and {out.dtype} "
+                                   f"{tuple(out.shape)}")
+        m, k = x.shape
+        n = out.shape[1]
+        if out.shape[0] != m:
+            raise QuantKernelError(f"out has {out.shape[0]} rows, x has {m}")
+        self._check_x8(qtype, w, n, k)
+        code = self._lib.qk_matmul_x8(qtype.ggml_id, x.data_ptr(), max(x.stride(0), k), m,
+                                      w.data_ptr(), n, k, out.data_ptr(), max(out.stride(0), n),
+                                      threads, level)
+        if code:
+            raise QuantKernelError(f"qk_matmul_x8 rejected its inputs: {error_text(code)} "
+                                   f"({qtype.name}, M={m}, N={n}, K={k}, threads={threads})")
+        return out
+
+    def dequantize_x8(self, qtype: QType, w: torch.Tensor, n: int, k: int,
+                      out: torch.Tensor | None = None, threads: int = 1,
+                      level: int = -1) -> torch.Tensor:
+        """The float32 ``[n, k]`` values of x8-layout weights (into ``out`` when given)."""
+        level = self._level(level)
+        self._check_x8(qtype, w, n, k)
+        if out is None:
+            out = torch.empty((n, k), dtype=torch.float32)
+        elif out.dtype != torch.float32 or tuple(out.shape) != (n, k) or out.stride(1) != 1:
+            raise QuantKernelError(f"out must be float32 [{n}, {k}] with unit column stride, got "
+                                   f"{out.dtype} {tuple(out.shape)}")
+        code = self._lib.qk_dequantize_x8(qtype.ggml_id, w.data_ptr(), n, k, out.data_ptr(),
+                                          max(out.stride(0), k), threads, level)
+        if code:
+            raise QuantKernelError(f"qk_dequantize_x8 rejected its inputs: {error_text(code)}")
         return out
 
 

@@ -48,7 +48,7 @@
 #define QK_X86 0
 #endif
 
-#define QK_VERSION 1
+#define QK_VERSION 2
 
 /* ggml type ids (gguf.GGMLQuantizationType) */
 #define T_Q4_0 2
@@ -1312,6 +1312,318 @@ static void deq_job(void *a, int tid, int nth) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Interleaved "x8" layout (Q4_0, Q4_1, Q8_0), made once at load by qk_repack_x8: 8 weight rows'
+ * blocks side by side, so one AVX2 pass computes 8 outputs, one per 32-bit lane, with no
+ * horizontal sums and the 8 rows' scales loaded as one vector. Rows are grouped by 8 (the last
+ * group padded with zero rows); group g, block b is GB bytes at (g * nb + b) * GB:
+ *   fp16 d[8] | Q4_1 only: fp16 m[8] | payload
+ *   Q4 payload (128 bytes): 4 chunks c of 32 bytes, values 8c..8c+7 of the block; lane r (bytes
+ *     4r..4r+3) is row r: its two 16-bit words hold values 8c+2i (word 0) and 8c+2i+1 (word 1)
+ *     in nibble i (bits 4i..4i+3). A shift by 4i and a mask give 8 rows x 2 int16 values,
+ *     multiplied (pmaddwd) by the broadcast activation pair x[8c+2i], x[8c+2i+1].
+ *   Q8_0 payload (256 bytes): 8 chunks c of 32 bytes, values 4c..4c+3; lane r holds row r's
+ *     int8 values 4c, 4c+2, 4c+1, 4c+3: the low bytes of its words (sign-extended) are the pair
+ *     4c, 4c+1 and the high bytes the pair 4c+2, 4c+3.
+ * Activations: int16 per 32 values (x16_block) as the row-layout int16 path, with integer sums
+ * of the int16 activations per block for Q4_0's offset (sum (q-8)x = sum qx - 8 sum x) and the
+ * exact float sums for Q4_1's min. */
+
+static int x8_group_bytes(int t) {
+    return t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q8_0 ? 272 : 0;
+}
+static int x8_payload(int t) { return t == T_Q4_1 ? 32 : 16; }
+
+/* the 32 stored integers (nibbles 0..15, or int8) of row r of one x8 block group */
+static void x8_unpack_row(int t, const uint8_t *g, int r, int *v) {
+    const uint8_t *p = g + x8_payload(t);
+    if (t == T_Q8_0) {
+        for (int c = 0; c < 8; c++) {
+            const int8_t *l = (const int8_t *)(p + c * 32 + r * 4);
+            v[4 * c] = l[0];
+            v[4 * c + 2] = l[1];
+            v[4 * c + 1] = l[2];
+            v[4 * c + 3] = l[3];
+        }
+        return;
+    }
+    for (int c = 0; c < 4; c++) {
+        const uint8_t *l = p + c * 32 + r * 4;
+        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
+        for (int i = 0; i < 4; i++) {
+            v[8 * c + 2 * i] = (w0 >> (4 * i)) & 0xF;
+            v[8 * c + 2 * i + 1] = (w1 >> (4 * i)) & 0xF;
+        }
+    }
+}
+
+/* the 32 stored integers of one row-layout block */
+static void row_unpack(int t, const uint8_t *blk, int *v) {
+    if (t == T_Q8_0) {
+        for (int j = 0; j < 32; j++) v[j] = ((const int8_t *)(blk + 2))[j];
+        return;
+    }
+    const uint8_t *qs = blk + (t == T_Q4_1 ? 4 : 2);
+    for (int j = 0; j < 16; j++) {
+        v[j] = qs[j] & 0xF;
+        v[j + 16] = qs[j] >> 4;
+    }
+}
+
+static void x8_pack_row(int t, uint8_t *g, int r, const int *v) {
+    uint8_t *p = g + x8_payload(t);
+    if (t == T_Q8_0) {
+        for (int c = 0; c < 8; c++) {
+            uint8_t *l = p + c * 32 + r * 4;
+            l[0] = (uint8_t)v[4 * c];
+            l[1] = (uint8_t)v[4 * c + 2];
+            l[2] = (uint8_t)v[4 * c + 1];
+            l[3] = (uint8_t)v[4 * c + 3];
+        }
+        return;
+    }
+    for (int c = 0; c < 4; c++) {
+        unsigned w0 = 0, w1 = 0;
+        for (int i = 0; i < 4; i++) {
+            w0 |= (unsigned)v[8 * c + 2 * i] << (4 * i);
+            w1 |= (unsigned)v[8 * c + 2 * i + 1] << (4 * i);
+        }
+        uint8_t *l = p + c * 32 + r * 4;
+        l[0] = w0 & 0xFF;
+        l[1] = w0 >> 8;
+        l[2] = w1 & 0xFF;
+        l[3] = w1 >> 8;
+    }
+}
+
+static void row_pack(int t, uint8_t *blk, const int *v) {
+    if (t == T_Q8_0) {
+        for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)v[j];
+        return;
+    }
+    uint8_t *qs = blk + (t == T_Q4_1 ? 4 : 2);
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(v[j] | v[j + 16] << 4);
+}
+
+/* scalar: 8 outputs of group gp for one x row (out[8]) */
+static void x8_dot_scalar(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                          const float *xs, const int32_t *xi, float *out) {
+    const int gb = x8_group_bytes(t);
+    int v[32];
+    for (int r = 0; r < 8; r++) out[r] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = gp + b * gb;
+        for (int r = 0; r < 8; r++) {
+            x8_unpack_row(t, p, r, v);
+            int32_t s = 0;
+            for (int j = 0; j < 32; j++) s += v[j] * xq[b].q[j];
+            if (t == T_Q4_0) s -= 8 * xi[b];
+            out[r] += h2f(p + 2 * r) * xq[b].d * (float)s;
+            if (t == T_Q4_1) out[r] += h2f(p + 16 + 2 * r) * xs[b];
+        }
+    }
+}
+
+#if QK_X86
+AVX2 static inline __m256i bcast_pair(const int16_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* 8 outputs of group gp for MR x rows (x row i: xq + i*n32 etc.), out[i*8 + r] */
+/* NA independent integer accumulators per x row (the sums of a block are otherwise one long
+ * dependency chain: vpdpwssd's latency made the VNNI kernel slower than AVX2's before) */
+#define X8_KERNEL(NAME, TARGET, MADD_ACC, NA1, NA3)                                          \
+    TARGET static inline __attribute__((always_inline)) void NAME(                          \
+        const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
+        const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
+        const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int NA = MR == 1 ? NA1 : MR == 2 ? (NA1 > 2 ? 2 : NA1) : NA3;                  \
+        const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
+        __m256 acc[4], accm[4];                                                              \
+        for (int i = 0; i < 4; i++) acc[i] = accm[i] = _mm256_setzero_ps();                  \
+        for (int64_t b = 0; b < nb; b++) {                                                   \
+            const uint8_t *p = gp + b * gb, *q = p + po;                                     \
+            __m256i s[4][4];                                                                 \
+            for (int i = 0; i < MR; i++)                                                     \
+                for (int a = 0; a < NA; a++) s[i][a] = _mm256_setzero_si256();               \
+            if (t == T_Q8_0) {                                                               \
+                for (int c = 0; c < 8; c++) {                                                \
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
+                    __m256i u[2] = {_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8),           \
+                                    _mm256_srai_epi16(v, 8)};                                \
+                    for (int h = 0; h < 2; h++)                                              \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            int a = (2 * c + h) % NA;                                        \
+                            s[i][a] = MADD_ACC(s[i][a], u[h],                                \
+                                               bcast_pair(xq[i * n32 + b].q + 4 * c + 2 * h)); \
+                        }                                                                    \
+                }                                                                            \
+            } else {                                                                         \
+                for (int c = 0; c < 4; c++) {                                                \
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
+                    __m256i u[4] = {_mm256_and_si256(v, m4),                                 \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),           \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 8), m4),           \
+                                    _mm256_srli_epi16(v, 12)};                               \
+                    for (int h = 0; h < 4; h++)                                              \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            int a = (4 * c + h) % NA;                                        \
+                            s[i][a] = MADD_ACC(s[i][a], u[h],                                \
+                                               bcast_pair(xq[i * n32 + b].q + 8 * c + 2 * h)); \
+                        }                                                                    \
+                }                                                                            \
+            }                                                                                \
+            __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));               \
+            __m256 m8 = t == T_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))) \
+                                    : d8;                                                    \
+            for (int i = 0; i < MR; i++) {                                                   \
+                __m256i si = s[i][0];                                                        \
+                for (int a = 1; a < NA; a++) si = _mm256_add_epi32(si, s[i][a]);             \
+                if (t == T_Q4_0)                                                             \
+                    si = _mm256_sub_epi32(si, _mm256_set1_epi32(8 * xi[i * n32 + b]));       \
+                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),                             \
+                                         _mm256_mul_ps(d8, _mm256_set1_ps(xq[i * n32 + b].d)), \
+                                         acc[i]);                                            \
+                if (t == T_Q4_1)                                                             \
+                    accm[i] = _mm256_fmadd_ps(m8, _mm256_set1_ps(xs[i * n32 + b]), accm[i]); \
+            }                                                                                \
+        }                                                                                    \
+        for (int i = 0; i < MR; i++)                                                         \
+            _mm256_storeu_ps(out + 8 * i, _mm256_add_ps(acc[i], accm[i]));                   \
+    }
+
+#ifndef X8_NA_AVX2 /* accumulators per x row at MR 1 (-D to experiment) */
+#define X8_NA_AVX2 2
+#endif
+#ifndef X8_NA_VNNI
+#define X8_NA_VNNI 4
+#endif
+#define MADD_AVX2(s, a, b) _mm256_add_epi32((s), _mm256_madd_epi16((a), (b)))
+X8_KERNEL(x8_kernel_avx2, AVX2, MADD_AVX2, X8_NA_AVX2, 1)
+#define VNNI __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define MADD_VNNI(s, a, b) _mm256_dpwssd_epi32((s), (a), (b))
+X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, X8_NA_VNNI, 2)
+
+/* one instantiation per (type, MR) so the loops above unroll with constants */
+#define X8_CASES(KERNEL)                                                                      \
+    switch (t * 8 + mr) {                                                                    \
+    case T_Q4_0 * 8 + 1: KERNEL(T_Q4_0, gp, nb, xq, xs, xi, n32, 1, out); break;            \
+    case T_Q4_0 * 8 + 2: KERNEL(T_Q4_0, gp, nb, xq, xs, xi, n32, 2, out); break;            \
+    case T_Q4_0 * 8 + 3: KERNEL(T_Q4_0, gp, nb, xq, xs, xi, n32, 3, out); break;            \
+    case T_Q4_0 * 8 + 4: KERNEL(T_Q4_0, gp, nb, xq, xs, xi, n32, 4, out); break;            \
+    case T_Q4_1 * 8 + 1: KERNEL(T_Q4_1, gp, nb, xq, xs, xi, n32, 1, out); break;            \
+    case T_Q4_1 * 8 + 2: KERNEL(T_Q4_1, gp, nb, xq, xs, xi, n32, 2, out); break;            \
+    case T_Q4_1 * 8 + 3: KERNEL(T_Q4_1, gp, nb, xq, xs, xi, n32, 3, out); break;            \
+    case T_Q4_1 * 8 + 4: KERNEL(T_Q4_1, gp, nb, xq, xs, xi, n32, 4, out); break;            \
+    case T_Q8_0 * 8 + 1: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 1, out); break;            \
+    case T_Q8_0 * 8 + 2: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 2, out); break;            \
+    case T_Q8_0 * 8 + 3: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 3, out); break;            \
+    case T_Q8_0 * 8 + 4: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 4, out); break;            \
+    }
+
+AVX2 static void x8_group_avx2(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                               const float *xs, const int32_t *xi, int64_t n32, int mr,
+                               float *out) {
+    X8_CASES(x8_kernel_avx2)
+}
+VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                               const float *xs, const int32_t *xi, int64_t n32, int mr,
+                               float *out) {
+    X8_CASES(x8_kernel_vnni)
+}
+#undef X8_CASES
+
+static int have_vnni(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        __builtin_cpu_init();
+        cached = have_avx512() && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512vnni");
+    }
+    return cached;
+}
+#endif
+
+typedef struct {
+    int t, level;
+    const uint8_t *w; /* x8 groups */
+    int64_t n, nb, ngroups, n32, m;
+    const x16_block *xq;
+    const float *xs;
+    const int32_t *xi;
+    float *y;
+    int64_t ldy;
+    float *deq; /* dequantize: out [n, ldo] */
+    int64_t ldo;
+} x8_job_t;
+
+/* groups of chunk c out of nchunks: contiguous, an even number of groups (16 rows, 64 bytes of
+ * y per x row) except the last, so two threads never write one cache line of y */
+static void x8_groups_of(int64_t ngroups, int c, int nchunks, int64_t *g0, int64_t *g1) {
+    int64_t per = ((ngroups + nchunks - 1) / nchunks + 1) & ~(int64_t)1;
+    *g0 = per * c < ngroups ? per * c : ngroups;
+    *g1 = per * (c + 1) < ngroups ? per * (c + 1) : ngroups;
+}
+
+static void x8_matmul_job(void *a, int c, int nchunks) {
+    x8_job_t *j = a;
+    int64_t g0, g1;
+    x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
+    const int64_t gsz = j->nb * x8_group_bytes(j->t);
+    float out[32];
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *gp = j->w + g * gsz;
+        int rows = j->n - g * 8 < 8 ? (int)(j->n - g * 8) : 8;
+        for (int64_t mi = 0; mi < j->m; mi += 4) {
+            int mr = j->m - mi < 4 ? (int)(j->m - mi) : 4;
+            const x16_block *xq = j->xq + mi * j->n32;
+            const float *xs = j->xs + mi * j->n32;
+            const int32_t *xi = j->xi + mi * j->n32;
+#if QK_X86
+            if (j->level >= 2 && have_vnni())
+                x8_group_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+            else if (j->level >= 1)
+                x8_group_avx2(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+            else
+#endif
+                for (int i = 0; i < mr; i++)
+                    x8_dot_scalar(j->t, gp, j->nb, xq + i * j->n32, xs + i * j->n32,
+                                  xi + i * j->n32, out + 8 * i);
+            for (int i = 0; i < mr; i++) {
+                float *yr = j->y + (mi + i) * j->ldy + g * 8;
+                if (rows == 8)
+                    memcpy(yr, out + 8 * i, 8 * sizeof(float));
+                else
+                    for (int r = 0; r < rows; r++) yr[r] = out[8 * i + r];
+            }
+        }
+    }
+}
+
+static void x8_deq_job(void *a, int c, int nchunks) {
+    x8_job_t *j = a;
+    int64_t g0, g1;
+    x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
+    const int gb = x8_group_bytes(j->t);
+    int v[32];
+    for (int64_t g = g0; g < g1; g++) {
+        int rows = j->n - g * 8 < 8 ? (int)(j->n - g * 8) : 8;
+        for (int64_t b = 0; b < j->nb; b++) {
+            const uint8_t *p = j->w + (g * j->nb + b) * gb;
+            for (int r = 0; r < rows; r++) {
+                float d = h2f(p + 2 * r), mn = j->t == T_Q4_1 ? h2f(p + 16 + 2 * r) : 0.0f;
+                float off = j->t == T_Q4_0 ? 8.0f : 0.0f;
+                float *o = j->deq + (g * 8 + r) * j->ldo + b * 32;
+                x8_unpack_row(j->t, p, r, v);
+                for (int i = 0; i < 32; i++) o[i] = d * ((float)v[i] - off) + mn;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* exported API */
 
 int qk_version(void) { return QK_VERSION; }
@@ -1424,4 +1736,204 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
     if ((int64_t)nthreads * 4 > n) nthreads = (int)((n + 3) / 4) > 0 ? (int)((n + 3) / 4) : 1;
     pool_run(deq_job, &j, chunks_for(n, nthreads), nthreads);
     return E_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* x8 layout API (Q4_0, Q4_1, Q8_0) */
+
+static int x8_check(int t, int64_t n, int64_t k, int nthreads, int *level) {
+    if (!x8_group_bytes(t)) return E_TYPE;
+    if (n < 0 || k <= 0 || k % 32) return E_SHAPE;
+    if (nthreads < 1 || nthreads > 256) return E_THREADS;
+    if (*level < 0) *level = qk_best_level();
+    if (*level > qk_best_level()) return E_LEVEL;
+    return E_OK;
+}
+
+/* bytes of the x8 layout of n rows of k values (0 for a type without one) */
+int64_t qk_x8_bytes(int t, int64_t n, int64_t k) {
+    if (!x8_group_bytes(t) || n < 0 || k <= 0 || k % 32) return 0;
+    return (n + 7) / 8 * (k / 32) * x8_group_bytes(t);
+}
+
+/* row layout (n rows of row_bytes) -> x8 layout (qk_x8_bytes(t, n, k) bytes); dir 1: back */
+int qk_repack_x8(int t, const uint8_t *src, int64_t row_bytes, int64_t n, int64_t k,
+                 uint8_t *dst, int dir) {
+    int level = 0;
+    int rc = x8_check(t, n, k, 1, &level);
+    if (rc) return rc;
+    qinfo qi = {0, 0};
+    type_info(t, &qi);
+    int64_t nb = k / 32;
+    if (row_bytes != nb * qi.bytes) return E_ROWBYTES;
+    const int gb = x8_group_bytes(t);
+    int v[32];
+    if (dir == 0) memset(dst, 0, (size_t)qk_x8_bytes(t, n, k));
+    for (int64_t row = 0; row < n; row++) {
+        int64_t g = row / 8;
+        int r = (int)(row % 8);
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = (uint8_t *)(dir ? dst : src) + row * row_bytes + b * qi.bytes;
+            uint8_t *gp = (uint8_t *)(dir ? src : dst) + (g * nb + b) * gb;
+            if (dir == 0) {
+                memcpy(gp + 2 * r, blk, 2);
+                if (t == T_Q4_1) memcpy(gp + 16 + 2 * r, blk + 2, 2);
+                row_unpack(t, blk, v);
+                x8_pack_row(t, gp, r, v);
+            } else {
+                memcpy(blk, gp + 2 * r, 2);
+                if (t == T_Q4_1) memcpy(blk + 2, gp + 16 + 2 * r, 2);
+                x8_unpack_row(t, gp, r, v);
+                row_pack(t, blk, v);
+            }
+        }
+    }
+    return E_OK;
+}
+
+/* y[m, ldy] (columns 0..n) = x[m, ldx] @ W^T, W in the x8 layout, int16 activations */
+int qk_matmul_x8(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, int64_t n,
+                 int64_t k, float *y, int64_t ldy, int nthreads, int level) {
+    int rc = x8_check(t, n, k, nthreads, &level);
+    if (rc) return rc;
+    if (m < 0 || ldx < k || ldy < n) return E_SHAPE;
+    if (m == 0 || n == 0) return E_OK;
+    int64_t n32 = k / 32;
+    x16_block *xq = malloc(m * n32 * sizeof(x16_block));
+    float *xs = malloc(m * n32 * sizeof(float));
+    int32_t *xi = malloc(m * n32 * sizeof(int32_t));
+    if (!xq || !xs || !xi) {
+        free(xq);
+        free(xs);
+        free(xi);
+        return E_NOMEM;
+    }
+    for (int64_t mi = 0; mi < m; mi++) {
+        const float *xr = x + mi * ldx;
+        quantize_x16(xr, n32, xq + mi * n32);
+        for (int64_t b = 0; b < n32; b++) {
+            float s = 0.0f;
+            int32_t si = 0;
+            for (int i = 0; i < 32; i++) {
+                s += xr[b * 32 + i];
+                si += xq[mi * n32 + b].q[i];
+            }
+            xs[mi * n32 + b] = s;
+            xi[mi * n32 + b] = si;
+        }
+    }
+    x8_job_t j = {t, level, w, n, n32, (n + 7) / 8, n32, m, xq, xs, xi, y, ldy, NULL, 0};
+    int64_t pairs = (j.ngroups + 1) / 2;
+    int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);
+    pool_run(x8_matmul_job, &j, nchunks < 1 ? 1 : nchunks, nthreads);
+    free(xq);
+    free(xs);
+    free(xi);
+    return E_OK;
+}
+
+/* out[n, ldo] (columns 0..k) = the dequantized rows of W in the x8 layout */
+int qk_dequantize_x8(int t, const uint8_t *w, int64_t n, int64_t k, float *out, int64_t ldo,
+                     int nthreads, int level) {
+    int rc = x8_check(t, n, k, nthreads, &level);
+    if (rc) return rc;
+    if (ldo < k) return E_SHAPE;
+    if (n == 0) return E_OK;
+    x8_job_t j = {t, level, w, n, k / 32, (n + 7) / 8, k / 32, 0, NULL, NULL, NULL, NULL, 0,
+                  out, ldo};
+    int64_t pairs = (j.ngroups + 1) / 2;
+    int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);
+    pool_run(x8_deq_job, &j, nchunks < 1 ? 1 : nchunks, nthreads);
+    return E_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The F32 "type": y[M, N] = x[M, K] @ W[N, K]^T for float32 W in torch's nn.Linear layout (no
+ * repacking; the same tensor serves torch's GEMM for prefill), for decode-sized M. Batch-1
+ * decode reads every weight once and does two flops per weight: memory-bound. One W row at a
+ * time with eight-wide FMAs into four accumulators, a single sequential stream per thread
+ * (measured on the 2-core EPYC: 24 GB/s on one thread, a plain read's speed, where four rows
+ * interleaved gave 14 GB/s); for M > 1 the row is reused from L1 for every x row. Rows go
+ * over the same pool as the quantized kernels in chunks of 32 (one pool per process: the
+ * issue's "never oversubscribe"). Formerly its own library, aioengine/worker/gemv/gemv_f32.c. */
+
+#define F32_CHUNK_ROWS 32
+
+#if QK_X86
+AVX2 static void f32_row_avx2(const float *x, int64_t ldx, int64_t m, const float *wr, int64_t k,
+                              float *y, int64_t ldy) {
+    for (int64_t mi = 0; mi < m; mi++) {
+        const float *xr = x + mi * ldx;
+        int64_t i = 0;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (; i + 32 <= k; i += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(xr + i), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 8), _mm256_loadu_ps(xr + i + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 16), _mm256_loadu_ps(xr + i + 16),
+                                 a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 24), _mm256_loadu_ps(xr + i + 24),
+                                 a3);
+        }
+        for (; i + 8 <= k; i += 8)
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(xr + i), a0);
+        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; i < k; i++) s += wr[i] * xr[i];
+        y[mi * ldy] = s;
+    }
+}
+#endif
+
+static void f32_row_scalar(const float *x, int64_t ldx, int64_t m, const float *wr, int64_t k,
+                           float *y, int64_t ldy) {
+    for (int64_t mi = 0; mi < m; mi++) {
+        const float *xr = x + mi * ldx;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        int64_t i = 0;
+        for (; i + 4 <= k; i += 4) {
+            s0 += wr[i] * xr[i];
+            s1 += wr[i + 1] * xr[i + 1];
+            s2 += wr[i + 2] * xr[i + 2];
+            s3 += wr[i + 3] * xr[i + 3];
+        }
+        float s = s0 + s1 + s2 + s3;
+        for (; i < k; i++) s += wr[i] * xr[i];
+        y[mi * ldy] = s;
+    }
+}
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int64_t ldx, m, n, k, ldy;
+    int level;
+} f32_job_t;
+
+static void f32_job(void *a, int c, int nchunks) {
+    (void)nchunks;
+    f32_job_t *j = a;
+    int64_t lo = (int64_t)c * F32_CHUNK_ROWS, hi = lo + F32_CHUNK_ROWS < j->n ? lo + F32_CHUNK_ROWS
+                                                                               : j->n;
+    for (int64_t r = lo; r < hi; r++) {
+#if QK_X86
+        if (j->level >= 1) {
+            f32_row_avx2(j->x, j->ldx, j->m, j->w + r * j->k, j->k, j->y + r, j->ldy);
+            continue;
+        }
+#endif
+        f32_row_scalar(j->x, j->ldx, j->m, j->w + r * j->k, j->k, j->y + r, j->ldy);
+    }
+}
+
+/* y[m, ldy] (columns 0..n) = x[m, ldx] (columns 0..k) @ W[n, k]^T, float32 W */
+int qk_gemv_f32(const float *x, int64_t ldx, int64_t m, const float *w, int64_t n, int64_t k,
+                float *y, int64_t ldy, int nthreads, int level) {
+    if (m < 0 || n < 0 || k < 1 || ldx < k || ldy < n) return E_SHAPE;
+    if (nthreads < 1 || nthreads > 256) return E_THREADS;
+    if (level < 0) level = qk_best_level();
+    if (level > qk_best_level()) return E_LEVEL;
+    if (m == 0 || n == 0) return E_OK;
+    f32_job_t j = {x, w, y, ldx, m, n, k, ldy, level};
+    int64_t chunks = (n + F32_CHUNK_ROWS - 1) / F32_CHUNK_ROWS;
+    if (nthreads > chunks) nthreads = (int)chunks;
+    return pool_run(f32_job, &j, (int)chunks, nthreads);
 }

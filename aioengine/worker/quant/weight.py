@@ -25,6 +25,7 @@ from aioengine.worker.parallel.weights import source_shape
 from aioengine.worker.quant.kernel import (
     ACTIVATIONS,
     QTYPES,
+    X8_TYPES,
     QType,
     QuantKernel,
     QuantKernelError,
@@ -54,6 +55,10 @@ class QuantPolicy:
     """``float32``, ``int16`` or ``int8`` (``kernel.ACTIVATIONS``); int8 applies to
     q8_0/q4_0/q4_1 segments (other types use int16)."""
     sgemm_min_rows: int = SGEMM_MIN_ROWS
+    x8: bool = True
+    """Keep Q4_0/Q4_1/Q8_0 weights in the interleaved x8 layout (8 rows' blocks side by side,
+    made on first use) when the activations are int16: the GEMV's fast path. False: the file's
+    row layout (A/B comparisons)."""
 
     def __post_init__(self) -> None:
         if self.mode not in QUANTIZATION_MODES:
@@ -70,13 +75,14 @@ class QuantPolicy:
 
 @dataclass
 class Segment:
-    """Output rows ``[offset, offset + n)``: ``qtype`` blocks (uint8 ``[n, row_bytes]``) or
-    float32 rows ``[n, K]`` when ``qtype`` is None."""
+    """Output rows ``[offset, offset + n)``: ``qtype`` blocks (uint8 ``[n, row_bytes]``, or the
+    1-D x8 layout when ``x8``) or float32 rows ``[n, K]`` when ``qtype`` is None."""
 
     offset: int
     n: int
     qtype: QType | None
     data: torch.Tensor
+    x8: bool = False
 
 
 def _source_qtype(src: Any) -> QType | None:
@@ -183,6 +189,7 @@ class QuantizedWeight:
                                    "never loaded")
             joined: list[Segment] = []
             for p in parts:
+                self._rows(p)
                 last = joined[-1] if joined else None
                 if last is not None and last.qtype == p.qtype:
                     joined[-1] = Segment(last.offset, last.n + p.n, p.qtype,
@@ -192,6 +199,33 @@ class QuantizedWeight:
             self._parts = {s.offset: s for s in joined}
             self._joined = joined
         return self._joined
+
+    def _rows(self, s: Segment) -> None:
+        """``s`` in the row layout (from x8 if it was repacked)."""
+        if s.x8:
+            s.data = self.kernel.unpack_x8(s.qtype, s.data, s.n, self.in_features)
+            s.x8 = False
+
+    def _layout(self, s: Segment, act: str) -> bool:
+        """Put ``s`` in the layout the kernels take for activations ``act``; True: x8."""
+        want = self.policy.x8 and act == "int16" and s.qtype.name in X8_TYPES
+        if want and not s.x8:
+            s.data = self.kernel.repack_x8(s.qtype, s.data, self.in_features)
+            s.x8 = True
+        elif not want:
+            self._rows(s)
+        return want
+
+    def prepare(self) -> None:
+        """Lay every quantized segment out as the policy's forward takes it (done on first use
+        otherwise)."""
+        for s in self.segments:
+            if s.qtype is not None:
+                self._layout(s, self._activations(s))
+
+    def _activations(self, s: Segment) -> str:
+        act = self.policy.activations
+        return "int16" if act == "int8" and s.qtype.name not in _INT8_TYPES else act
 
     @property
     def nbytes(self) -> int:
@@ -204,10 +238,14 @@ class QuantizedWeight:
             if s.qtype is None:
                 out[s.offset:s.offset + s.n] = s.data
             else:
-                self.kernel.dequantize(s.qtype, s.data, self.in_features,
-                                       out[s.offset:s.offset + s.n],
-                                       threads=torch.get_num_threads())
+                self._dequantize(s, out[s.offset:s.offset + s.n], torch.get_num_threads())
         return out
+
+    def _dequantize(self, s: Segment, out: torch.Tensor | None, threads: int) -> torch.Tensor:
+        if s.x8:
+            return self.kernel.dequantize_x8(s.qtype, s.data, s.n, self.in_features, out,
+                                             threads=threads)
+        return self.kernel.dequantize(s.qtype, s.data, self.in_features, out, threads=threads)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -228,19 +266,24 @@ class QuantizedWeight:
                 torch.mm(x2, s.data.t(), out=dst) if len(segs) == 1 else dst.copy_(
                     F.linear(x2, s.data))
             elif m >= self.policy.sgemm_min_rows:
-                w = self.kernel.dequantize(s.qtype, s.data, self.in_features, threads=threads)
+                w = self._dequantize(s, None, threads)
                 if len(segs) == 1:
                     torch.mm(x2, w.t(), out=dst)
                 else:
                     dst.copy_(F.linear(x2, w))
             else:  # rows checked at set_rows, x2 and out contiguous float32: the bare C call
-                act = self.policy.activations
-                if act == "int8" and s.qtype.name not in _INT8_TYPES:
-                    act = "int16"
-                code = self.kernel.raw_matmul(
-                    s.qtype.ggml_id, x2.data_ptr(), self.in_features, m, s.data.data_ptr(),
-                    s.data.shape[1], s.n, self.in_features, out.data_ptr() + 4 * s.offset,
-                    self.out_features, threads, -1, ACTIVATIONS[act])
+                act = self._activations(s)
+                if self._layout(s, act):
+                    code = self.kernel.raw_matmul_x8(
+                        s.qtype.ggml_id, x2.data_ptr(), self.in_features, m, s.data.data_ptr(),
+                        s.n, self.in_features, out.data_ptr() + 4 * s.offset,
+                        self.out_features, threads, -1)
+                else:
+                    code = self.kernel.raw_matmul(
+                        s.qtype.ggml_id, x2.data_ptr(), self.in_features, m,
+                        s.data.data_ptr(), s.data.shape[1], s.n, self.in_features,
+                        out.data_ptr() + 4 * s.offset, self.out_features, threads, -1,
+                        ACTIVATIONS[act])
                 if code:
                     raise QuantKernelError(f"qk_matmul rejected its inputs: "
                                            f"{error_text(code)} ({s.qtype.name}, M={m}, "

@@ -1,0 +1,135 @@
+"""The interleaved x8 layout (Q4_0, Q4_1, Q8_0: 8 rows' blocks side by side, made at load):
+the repack round-trips byte for byte, dequantizes to exactly gguf's values, and its GEMV /
+small-M product matches the float64 reference on every code path (scalar, AVX2, AVX-512 VNNI),
+thread count and odd shape (rows not a multiple of 8: the last group is padded)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from aioengine.worker.quant import QTYPES, QuantKernelError, load_quant_kernel, quantize
+from aioengine.worker.quant.kernel import X8_TYPES
+from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
+
+gguf = pytest.importorskip("gguf")
+from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+
+
+@pytest.fixture(scope="module")
+def kern():
+    return load_quant_kernel()
+
+
+def blocks_of(name: str, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k)) * rng.uniform(0.01, 1.0, (n, 1))).astype(np.float32)
+    b = quantize(w, name)
+    return b, gguf_dequantize(b, getattr(gguf.GGMLQuantizationType, name.upper())).astype(
+        np.float64)
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_repack_round_trips_and_dequantizes_exactly(kern, name):
+    qt = QTYPES[name]
+    for n, nb in ((1, 1), (8, 2), (13, 3), (37, 18)):
+        k = 32 * nb
+        b, wref = blocks_of(name, n, k, seed=n)
+        rows = torch.from_numpy(b)
+        x8 = kern.repack_x8(qt, rows, k)
+        assert x8.numel() == kern.x8_bytes(qt, n, k) == (n + 7) // 8 * 8 * qt.row_bytes(k)
+        assert torch.equal(kern.unpack_x8(qt, x8, n, k), rows)
+        for threads in (1, 2):
+            got = kern.dequantize_x8(qt, x8, n, k, threads=threads).numpy()
+            assert np.array_equal(got, wref.astype(np.float32))
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_x8_matmul_matches_the_reference_on_every_path(kern, name):
+    qt = QTYPES[name]
+    rng = np.random.default_rng(3)
+    for n, nb in ((1, 1), (7, 2), (9, 1), (37, 3), (130, 18)):
+        k = 32 * nb
+        b, wref = blocks_of(name, n, k, seed=n + 1)
+        x8 = kern.repack_x8(qt, torch.from_numpy(b), k)
+        for m in (1, 2, 3, 4, 5, 15):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            x[0, :32] *= 1e-3  # a small block next to large ones keeps its own scale
+            ref = x.astype(np.float64) @ wref.T
+            bound = 1e-4 * (np.abs(x).astype(np.float64) @ np.abs(wref).T) + 1e-7
+            rows_out = torch.empty(m, n)
+            kern.matmul(qt, torch.from_numpy(x), torch.from_numpy(b), rows_out,
+                        activations="int16")
+            for level in range(kern.best_level + 1):
+                for threads in (1, 2, 3):
+                    out = torch.full((m, n), float("nan"))
+                    kern.matmul_x8(qt, torch.from_numpy(x), x8, out, threads=threads,
+                                   level=level)
+                    assert np.all(np.abs(out.numpy() - ref) <= bound), (n, k, m, level, threads)
+                    # the same integer products as the row layout's int16 path
+                    np.testing.assert_allclose(out.numpy(), rows_out.numpy(), rtol=1e-5,
+                                               atol=1e-5 * float(np.abs(ref).max()))
+
+
+def test_x8_into_a_column_slice(kern):
+    qt = QTYPES["q4_1"]
+    b, wref = blocks_of("q4_1", 21, 64)
+    x8 = kern.repack_x8(qt, torch.from_numpy(b), 64)
+    x = torch.randn(3, 64)
+    wide = torch.full((3, 40), 7.0)
+    kern.matmul_x8(qt, x, x8, wide[:, 5:26], threads=2)
+    assert torch.all(wide[:, :5] == 7.0) and torch.all(wide[:, 26:] == 7.0)
+    ref = x.double().numpy() @ wref.T
+    assert np.abs(wide[:, 5:26].numpy() - ref).max() < 1e-3
+
+
+def test_x8_bad_inputs_name_the_problem(kern):
+    qt = QTYPES["q4_0"]
+    b, _ = blocks_of("q4_0", 9, 64)
+    x8 = kern.repack_x8(qt, torch.from_numpy(b), 64)
+    with pytest.raises(QuantKernelError, match="q4_k has no x8 layout"):
+        kern.repack_x8(QTYPES["q4_k"], torch.zeros(1, 144, dtype=torch.uint8), 256)
+    with pytest.raises(QuantKernelError, match="take 576 bytes in the x8 layout, got 575"):
+        kern.matmul_x8(qt, torch.randn(1, 64), x8[:575].contiguous(), torch.empty(1, 9))
+    with pytest.raises(QuantKernelError, match="x8 weights must be a contiguous 1-D"):
+        kern.matmul_x8(qt, torch.randn(1, 64), x8.view(2, -1), torch.empty(1, 9))
+    with pytest.raises(QuantKernelError, match="out has 2 rows, x has 1"):
+        kern.matmul_x8(qt, torch.randn(1, 64), x8, torch.empty(2, 9))
+    with pytest.raises(QuantKernelError, match="whole blocks of 32 values; a row of 48"):
+        kern.matmul_x8(qt, torch.randn(1, 48), x8, torch.empty(1, 9))
+    with pytest.raises(QuantKernelError, match="thread count"):
+        kern.matmul_x8(qt, torch.randn(1, 64), x8, torch.empty(1, 9), threads=0)
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_weight_switches_layout_with_the_policy(kern, name):
+    """A QuantizedWeight repacks on first int16 use, goes back to rows for float32/int8
+    activations, and every layout gives the same products (prefill through dequantize too)."""
+    qt = QTYPES[name]
+    b, wref = blocks_of(name, 50, 96, seed=4)
+    qw = QuantizedWeight(50, 96, QuantPolicy(name), kern)
+    qw.set_rows(0, qt, torch.from_numpy(b[:20].copy()))
+    qw.set_rows(20, qt, torch.from_numpy(b[20:].copy()))
+    x = torch.randn(3, 96)
+    ref = x.double().numpy() @ wref.T
+    tol = 1e-3 * float(np.abs(ref).max())
+    a = qw(x)
+    assert qw.segments[0].x8 and len(qw.segments) == 1
+    assert np.abs(a.numpy() - ref).max() < tol
+    assert np.abs(qw(torch.randn(20, 96)).numpy()).max() > 0  # the sgemm path on x8
+    assert np.array_equal(qw.dequantize().numpy(), wref.astype(np.float32))
+    for act in ("float32", "int8", "int16"):
+        qw.policy = QuantPolicy(name, activations=act)
+        got = qw(x)
+        assert qw.segments[0].x8 == (act == "int16")
+        assert np.abs(got.numpy() - ref).max() < (0.05 if act == "int8" else 1e-3) * float(
+            np.abs(ref).max())
+    qw.policy = QuantPolicy(name, x8=False)
+    assert torch.equal(qw(x), qw.kernel.matmul(qt, x, torch.from_numpy(b), torch.empty(3, 50),
+                                               activations="int16"))
+    assert not qw.segments[0].x8 and torch.equal(qw.segments[0].data, torch.from_numpy(b))
