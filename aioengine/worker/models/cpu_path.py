@@ -61,15 +61,24 @@ def load_for(model: CausalLM) -> CpuOps | None:
         return None
 
 
+def _linear(module: Any) -> Any:
+    """The call that computes ``module(x)``: a quantized weight's own forward when the layer
+    adds nothing to it (no bias, one rank: no all-reduce; float32 out), else the module's."""
+    q = getattr(module, "qweight", None)
+    if q is not None and module.bias is None and module.tp.size == 1:
+        return q.forward
+    return module.forward
+
+
 class _Layer:
     __slots__ = ("down", "gate_up", "in_w", "o", "post_w", "qkv", "windowed")
 
     def __init__(self, layer: Any) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.qkv = attn.qkv_proj.forward
-        self.o = attn.o_proj.forward
-        self.gate_up = mlp.gate_up_proj.forward
-        self.down = mlp.down_proj.forward
+        self.qkv = _linear(attn.qkv_proj)
+        self.o = _linear(attn.o_proj)
+        self.gate_up = _linear(mlp.gate_up_proj)
+        self.down = _linear(mlp.down_proj)
         self.in_w = layer.input_layernorm.weight.data_ptr()
         self.post_w = layer.post_attention_layernorm.weight.data_ptr()
         self.windowed = layer.windowed

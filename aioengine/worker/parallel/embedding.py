@@ -93,19 +93,17 @@ def _quantized_rows(qhead: QuantizedWeight, ids: torch.Tensor) -> torch.Tensor:
     k = qhead.in_features
     out = torch.empty(flat.shape[0], k)
     segments = qhead.segments
+    if len(segments) == 1 and segments[0].qtype is not None:  # the common case: one pass
+        seg = segments[0]
+        local = flat if seg.offset == 0 else flat - seg.offset
+        qhead.kernel.dequantize(seg.qtype, seg.data.index_select(0, local), k, out)
+        return out.view(*ids.shape, k)
     for seg in segments:
-        if len(segments) == 1:
-            rows, local = torch.arange(flat.shape[0]), flat - seg.offset
-        else:
-            rows = ((flat >= seg.offset) & (flat < seg.offset + seg.n)).nonzero().squeeze(1)
-            local = flat.index_select(0, rows) - seg.offset
-        data = seg.data.index_select(0, local)
-        if seg.qtype is None:
-            out.index_copy_(0, rows, data)
-        elif len(segments) == 1:
-            qhead.kernel.dequantize(seg.qtype, data, k, out)
-        else:
-            out.index_copy_(0, rows, qhead.kernel.dequantize(seg.qtype, data, k))
+        rows = ((flat >= seg.offset) & (flat < seg.offset + seg.n)).nonzero().squeeze(1)
+        data = seg.data.index_select(0, flat.index_select(0, rows) - seg.offset)
+        if seg.qtype is not None:
+            data = qhead.kernel.dequantize(seg.qtype, data, k)
+        out.index_copy_(0, rows, data)
     return out.view(*ids.shape, k)
 
 
