@@ -88,23 +88,35 @@ class VocabParallelEmbedding(nn.Module):
 
 def _quantized_rows(qhead: QuantizedWeight, ids: torch.Tensor) -> torch.Tensor:
     """Rows ``ids`` of a quantized table as float32 ``[*ids.shape, K]``: only those rows'
-    blocks are dequantized."""
+    blocks are dequantized (for a head in the x8 layout, the 8-row groups holding them)."""
     flat = ids.reshape(-1)
     k = qhead.in_features
-    out = torch.empty(flat.shape[0], k)
     segments = qhead.segments
     if len(segments) == 1 and segments[0].qtype is not None:  # the common case: one pass
         seg = segments[0]
         local = flat if seg.offset == 0 else flat - seg.offset
-        qhead.kernel.dequantize(seg.qtype, seg.data.index_select(0, local), k, out)
-        return out.view(*ids.shape, k)
+        return _segment_rows(qhead, seg, local).view(*ids.shape, k)
+    out = torch.empty(flat.shape[0], k)
     for seg in segments:
         rows = ((flat >= seg.offset) & (flat < seg.offset + seg.n)).nonzero().squeeze(1)
-        data = seg.data.index_select(0, flat.index_select(0, rows) - seg.offset)
-        if seg.qtype is not None:
-            data = qhead.kernel.dequantize(seg.qtype, data, k)
+        local = flat.index_select(0, rows) - seg.offset
+        data = _segment_rows(qhead, seg, local) if seg.qtype is not None \
+            else seg.data.index_select(0, local)
         out.index_copy_(0, rows, data)
     return out.view(*ids.shape, k)
+
+
+def _segment_rows(qhead: QuantizedWeight, seg: Any, local: torch.Tensor) -> torch.Tensor:
+    """Float32 rows ``local`` of one quantized segment, in either of its layouts."""
+    k, kernel = qhead.in_features, qhead.kernel
+    if not seg.x8:
+        return kernel.dequantize(seg.qtype, seg.data.index_select(0, local), k)
+    # x8: the groups of 8 rows are contiguous runs of bytes; dequantize the groups the ids
+    # fall in and keep each id's lane.
+    group_bytes = kernel.x8_bytes(seg.qtype, 8, k)
+    picked = seg.data.view(-1, group_bytes).index_select(0, local // 8).reshape(-1)
+    rows8 = kernel.dequantize_x8(seg.qtype, picked, 8 * local.shape[0], k)
+    return rows8.view(-1, 8, k)[torch.arange(local.shape[0]), local % 8]
 
 
 class ParallelLMHead(VocabParallelEmbedding):
