@@ -60,3 +60,20 @@ def test_deployment_checks_its_arguments() -> None:
         deployment({"model": "tiny"})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="num_replicas, not data_parallel_size"):
         deployment(EngineConfig(data_parallel_size=2))
+
+
+def test_the_ray_serve_example_runs_as_written(cluster: Any) -> None:
+    import subprocess
+    import sys
+
+    from tests.server.server_process import ROOT
+
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, os.path.join("examples", "ray_serve_app.py"),
+                        "--address", cluster.address], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # (Ray's own processes may log to stdout too: only the example's answers are checked.)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("'What is")]
+    assert len(lines) == 3 and all("cached prompt tokens" in line for line in lines), r.stdout
+    assert lines[-1].endswith(tuple(f"{n})" for n in range(16, 1000))), lines  # a prefix hit
