@@ -98,3 +98,30 @@ def test_replica_settings_are_checked_and_derived() -> None:
     assert replica_transport("zmq+tcp://127.0.0.1:5550", 1) == "zmq+tcp://127.0.0.1:5552"
     assert replica_transport("zmq+tcp://127.0.0.1:0", 1) == "zmq+tcp://127.0.0.1:0"
     assert replica_transport("uds:///tmp/x.sock", 2) == "uds:///tmp/x.sock-r2"
+
+
+def test_dropped_replicated_client_is_collected_and_stops_every_engine() -> None:
+    import gc
+    import weakref
+
+    from tests.client.test_client_lifecycle import engine_gone
+
+    async def run() -> tuple[bool, list[bool], list[str]]:
+        client = AsyncMPClient(tiny_config("shm", data_parallel_size=2))
+        await client.start()
+        await run_all(client, PROMPTS[:2])
+        pids = list(client.process_ids.values())
+        ref = weakref.ref(client)
+        del client
+        gc.collect()
+        collected = ref() is None
+        if not collected:  # clean up for the leak check, then fail below
+            await ref().shutdown()  # type: ignore[union-attr]
+        await asyncio.sleep(0.2)  # the output tasks see their channels closed
+        left = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return collected, [engine_gone(p, 10) for p in pids], left
+
+    collected, gone, tasks_left = asyncio.run(run())
+    assert collected, "the dropped client is still referenced"
+    assert gone == [True, True], "a dropped client's engine is still running"
+    assert tasks_left == []
