@@ -125,3 +125,28 @@ def test_dropped_replicated_client_is_collected_and_stops_every_engine() -> None
     assert collected, "the dropped client is still referenced"
     assert gone == [True, True], "a dropped client's engine is still running"
     assert tasks_left == []
+
+
+def test_ray_is_imported_only_for_the_ray_backend() -> None:
+    import subprocess
+    import sys
+
+    from tests.server.server_process import ROOT
+
+    code = ("import sys, asyncio\n"
+            "import aioengine.client.async_client, aioengine.integrations.ray_serve\n"
+            "import aioengine.server, aioengine.bench.scale\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'\n"
+            "sys.modules['ray'] = None  # as if it were not installed\n"
+            "from aioengine import AsyncMPClient, EngineConfig, EngineStartupError\n"
+            "async def main():\n"
+            "    try:\n"
+            "        await AsyncMPClient(EngineConfig(distributed_backend='ray')).start()\n"
+            "    except EngineStartupError as e:\n"
+            "        print(e)\n"
+            "if __name__ == '__main__':\n"
+            "    asyncio.run(main())\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "pip install 'aioengine[ray]'" in r.stdout, r.stdout + r.stderr
