@@ -51,8 +51,8 @@ FULL = {"requests": 128, "prompt_lens": (16, 512), "output_lens": (16, 256), "ba
 PREFIX_GROUPS, PREFIX_QUESTIONS, PREFIX_LEN, QUESTION_LEN, IN_FLIGHT = 5, 8, 128, 12, 4
 
 
-def run(options: BenchOptions) -> list[Result]:
-    sizes = QUICK if options.quick else FULL
+def run(options: BenchOptions, sizes: dict[str, Any] | None = None) -> list[Result]:
+    sizes = sizes or (QUICK if options.quick else FULL)
     space = TokenSpace.of_model(options.model)
     work = synthetic(space, sizes["requests"], sizes["prompt_lens"], sizes["output_lens"], SEED)
     total = options.threads or _usable_cpus()
@@ -77,7 +77,9 @@ def run(options: BenchOptions) -> list[Result]:
                     started_ray.shutdown()
         for name in policies:
             bar.label(name)
-            rate = asyncio.run(_prefix_hit_rate(options, space, name))
+            rate = asyncio.run(_prefix_hit_rate(options, space, name,
+                                                sizes.get("in_flight", IN_FLIGHT),
+                                                sizes.get("kv_blocks")))
             results.append(Result(SUITE, name, "prefix_hit_rate", rate, "fraction"))
             bar.advance()
     return results
@@ -186,7 +188,10 @@ def _throughput(options: BenchOptions, work: Workload, sides: list[str], threads
     return results
 
 
-async def _prefix_hit_rate(options: BenchOptions, space: TokenSpace, name: str) -> float:
+async def _prefix_hit_rate(options: BenchOptions, space: TokenSpace, name: str,
+                           in_flight: int, kv_blocks: int | None) -> float:
+    """``kv_blocks`` None: each replica's KV cache is what its ``max_num_seqs`` can use (about
+    ``in_flight`` contexts, so it holds few prefixes: where to send one matters)."""
     from aioengine import AsyncMPClient, SamplingParams
 
     rng = random.Random(SEED)
@@ -197,9 +202,9 @@ async def _prefix_hit_rate(options: BenchOptions, space: TokenSpace, name: str) 
     rng.shuffle(prompts)  # the groups arrive mixed, as users of several apps would
     params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
     policy = "prefix" if name == "prefix_affinity" else "round_robin"
-    config = _config(options, 2, None, 2 * IN_FLIGHT, PREFIX_LEN + QUESTION_LEN + 8,
-                     data_parallel_routing=policy)
-    gate = asyncio.Semaphore(IN_FLIGHT)
+    config = _config(options, 2, None, 2 * in_flight, PREFIX_LEN + QUESTION_LEN + 8,
+                     data_parallel_routing=policy, num_kv_blocks=kv_blocks)
+    gate = asyncio.Semaphore(in_flight)
     cached: list[int] = []
     async with AsyncMPClient(config) as client:
         async def one(prompt: list[int]) -> None:
