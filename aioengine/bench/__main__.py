@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--build-llama-cpp", action="store_true",
                    help="peers: build llama.cpp from the llama-cpp-python sdist into the "
                         "aioengine cache first when no build is there (minutes)")
+    p.add_argument("--data-parallel-size", type=int, default=1, metavar="N",
+                   help="offline, serve: run our engine as N replicas behind one client "
+                        "(EngineConfig.data_parallel_size; default: 1)")
     p.add_argument("--json", metavar="FILE", help="write results, machine and config as JSON")
     p.add_argument("--plot", metavar="DIR",
                    help="write PNG charts (bars per metric, latency CDFs, throughput against "
@@ -97,7 +100,8 @@ def _main(argv: list[str] | None) -> int:
                                endpoint=args.endpoint, threads=args.threads,
                                llama_cpp=args.llama_cpp,
                                build_llama_cpp=args.build_llama_cpp,
-                               quantization=args.quantization)
+                               quantization=args.quantization,
+                               data_parallel_size=args.data_parallel_size)
         _check_model(args.model)
     except (ValueError, FileNotFoundError) as e:
         print(f"python -m aioengine.bench: error: {e}", file=sys.stderr)

@@ -18,6 +18,7 @@ class BenchOptions:
     llama_cpp: str | None = None  # peers: a directory holding llama-bench and llama-server
     build_llama_cpp: bool = False  # peers: build llama.cpp into the cache when none is there
     quantization: str | None = None  # peers: EngineConfig.quantization of our side
+    data_parallel_size: int = 1  # offline, serve: engine replicas behind our client
 
     def __post_init__(self) -> None:
         if self.rate is not None and not (self.rate > 0 and self.rate != float("inf")):
@@ -25,6 +26,9 @@ class BenchOptions:
                              f"got {self.rate}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"--threads must be a positive whole number, got {self.threads}")
+        if not isinstance(self.data_parallel_size, int) or self.data_parallel_size < 1:
+            raise ValueError("--data-parallel-size must be a positive whole number, got "
+                             f"{self.data_parallel_size}")
         if self.endpoint is not None:
             parts = urlsplit(self.endpoint)
             if parts.scheme not in ("http", "https") or not parts.netloc:
