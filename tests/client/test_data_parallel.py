@@ -13,7 +13,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aioengine import AsyncMPClient, EngineConfig, RequestOutput, SamplingParams
-from aioengine.client.dp.replicas import replica_transport, threads_per_replica
+from aioengine.client.dp.replicas import (
+    replica_config,
+    replica_transport,
+    threads_per_replica,
+)
 from tests.client.conftest import TRANSPORTS, tiny_config
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -98,6 +102,10 @@ def test_replica_settings_are_checked_and_derived() -> None:
     assert replica_transport("zmq+tcp://127.0.0.1:5550", 1) == "zmq+tcp://127.0.0.1:5552"
     assert replica_transport("zmq+tcp://127.0.0.1:0", 1) == "zmq+tcp://127.0.0.1:0"
     assert replica_transport("uds:///tmp/x.sock", 2) == "uds:///tmp/x.sock-r2"
+    two = EngineConfig(data_parallel_size=2, dist_init_addr="127.0.0.1:29500", num_threads=1)
+    assert [replica_config(two, i).dist_init_addr for i in (0, 1)] == ["127.0.0.1:29500",
+                                                                       "127.0.0.1:29501"]
+    assert replica_config(two, 1).data_parallel_size == 1
 
 
 def test_dropped_replicated_client_is_collected_and_stops_every_engine() -> None:
