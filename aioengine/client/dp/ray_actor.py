@@ -32,7 +32,8 @@ class ReplicaActor:
         """(Ray node id, node IP address) of the node this actor runs on."""
         import ray  # only ever imported inside a Ray worker
 
-        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+        ip: str = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return ray.get_runtime_context().get_node_id(), ip
 
     def start(self, launch: bytes, timeout: float) -> dict[str, Any]:
         """Spawn the engine with its ``EngineLaunch`` and wait for READY; its payload, with the

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 from aioengine.client.dp.replicas import Replica, replica_transport
 from aioengine.client.launch import (
@@ -30,6 +30,7 @@ from aioengine.client.launch import (
 from aioengine.config import EngineConfig
 from aioengine.engine.core_proc import EngineLaunch
 from aioengine.hub import resolve_model
+from aioengine.runtime import Supervisor
 from aioengine.runtime.errors import EngineDeadError, EngineStartupError
 from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
 
@@ -165,8 +166,9 @@ async def _launch_one(ray: Any, config: EngineConfig, replica: Replica,
                                      f" did not start: {e.cause!r}") from e
         handle = RayEngineHandle(ray, actor, group, int(payload.pop("pid")), node_id)
         payload.pop("actor_pid", None)
-        return EngineProcess(handle, requests, outputs, EngineReady.from_payload(payload),
-                             resolved)
+        # Duck-typed: EngineProcess and the client use only names, pid() and shutdown().
+        return EngineProcess(cast(Supervisor, handle), requests, outputs,
+                             EngineReady.from_payload(payload), resolved)
     except BaseException:
         close_quietly(requests, outputs)
         if actor is not None:
