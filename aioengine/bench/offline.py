@@ -86,7 +86,8 @@ def _run_aioengine(options: BenchOptions, work: Workload, warm: Workload,
 
     config = EngineConfig(model=options.model, max_num_seqs=sizes.batch_size,
                           max_model_len=max(work.longest, warm.longest),
-                          num_threads=options.threads)
+                          num_threads=options.threads,
+                          data_parallel_size=options.data_parallel_size)
     times, counts = [], []
     with LLM(config) as llm:
         client = llm.client

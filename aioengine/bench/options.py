@@ -41,6 +41,9 @@ class BenchOptions:
     quantization: Quantization | None = None
     """peers: our engine keeps weights quantized (EngineConfig.quantization, e.g. gguf: the
     file's own blocks) instead of dequantizing them at load."""
+    data_parallel_size: int = 1
+    """offline, serve: run our engine as N replicas behind one client
+    (EngineConfig.data_parallel_size)."""
 
     def __post_init__(self) -> None:
         if self.rate is not None and not (self.rate > 0 and self.rate != float("inf")):
@@ -48,6 +51,9 @@ class BenchOptions:
                              f"got {self.rate}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"--threads must be a positive whole number, got {self.threads}")
+        if not isinstance(self.data_parallel_size, int) or self.data_parallel_size < 1:
+            raise ValueError("--data-parallel-size must be a positive whole number, got "
+                             f"{self.data_parallel_size}")
         if self.endpoint is not None:
             parts = urlsplit(self.endpoint)
             if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -76,7 +76,8 @@ async def _run(options: BenchOptions, sizes: Sizes, rates: tuple[float, ...],
 
             longest = max(w.longest for w in [*works, warm])
             client = AsyncMPClient(EngineConfig(model=options.model, max_model_len=longest,
-                                                num_threads=options.threads))
+                                                num_threads=options.threads,
+                                                data_parallel_size=options.data_parallel_size))
             try:
                 await asyncio.wait_for(client.start(), START_TIMEOUT)
                 results = await _sweep("client", lambda p, n: _client_one(client, p, n),

@@ -370,7 +370,9 @@ class AsyncMPClient:
             return
         stream.state.fail("abort", None, time.time())
         stream.event.set()
-        await self._send(AbortRequests([stream.wire_id]), self._replicas[stream.replica])
+        replica = self._replicas[stream.replica]
+        if replica.death.error is None:  # a dead replica (degrade) holds nothing to free
+            await self._send(AbortRequests([stream.wire_id]), replica)
 
     async def get_stats(self, timeout: float = 30.0) -> EngineStats:
         """A snapshot of the engine's scheduler and KV cache. With data parallelism: the total

@@ -128,6 +128,7 @@ def test_unreachable_endpoint_is_a_clear_error() -> None:
     (["--endpoint", "ftp://x"], "--endpoint must be an http(s) URL"),
     (["--model", "/nonexistent/model-dir"], "/nonexistent/model-dir"),
     (["--threads", "0"], "--threads must be a positive whole number, got 0"),
+    (["--data-parallel-size", "0"], "--data-parallel-size must be a positive whole number"),
 ])
 def test_bad_command_lines_are_refused_with_the_cause(args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "aioengine.bench", "serve", *args],

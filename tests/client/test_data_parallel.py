@@ -13,7 +13,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from aioengine import AsyncMPClient, EngineConfig, RequestOutput, SamplingParams
-from aioengine.client.dp.replicas import replica_transport, threads_per_replica
+from aioengine.client.dp.replicas import (
+    replica_config,
+    replica_transport,
+    threads_per_replica,
+)
 from tests.client.conftest import TRANSPORTS, tiny_config
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -98,3 +102,59 @@ def test_replica_settings_are_checked_and_derived() -> None:
     assert replica_transport("zmq+tcp://127.0.0.1:5550", 1) == "zmq+tcp://127.0.0.1:5552"
     assert replica_transport("zmq+tcp://127.0.0.1:0", 1) == "zmq+tcp://127.0.0.1:0"
     assert replica_transport("uds:///tmp/x.sock", 2) == "uds:///tmp/x.sock-r2"
+    two = EngineConfig(data_parallel_size=2, dist_init_addr="127.0.0.1:29500", num_threads=1)
+    assert [replica_config(two, i).dist_init_addr for i in (0, 1)] == ["127.0.0.1:29500",
+                                                                       "127.0.0.1:29501"]
+    assert replica_config(two, 1).data_parallel_size == 1
+
+
+def test_dropped_replicated_client_is_collected_and_stops_every_engine() -> None:
+    import gc
+    import weakref
+
+    from tests.client.test_client_lifecycle import engine_gone
+
+    async def run() -> tuple[bool, list[bool], list[str]]:
+        client = AsyncMPClient(tiny_config("shm", data_parallel_size=2))
+        await client.start()
+        await run_all(client, PROMPTS[:2])
+        pids = list(client.process_ids.values())
+        ref = weakref.ref(client)
+        del client
+        gc.collect()
+        collected = ref() is None
+        if not collected:  # clean up for the leak check, then fail below
+            await ref().shutdown()  # type: ignore[union-attr]
+        await asyncio.sleep(0.2)  # the output tasks see their channels closed
+        left = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return collected, [engine_gone(p, 10) for p in pids], left
+
+    collected, gone, tasks_left = asyncio.run(run())
+    assert collected, "the dropped client is still referenced"
+    assert gone == [True, True], "a dropped client's engine is still running"
+    assert tasks_left == []
+
+
+def test_ray_is_imported_only_for_the_ray_backend() -> None:
+    import subprocess
+    import sys
+
+    from tests.server.server_process import ROOT
+
+    code = ("import sys, asyncio\n"
+            "import aioengine.client.async_client, aioengine.integrations.ray_serve\n"
+            "import aioengine.server, aioengine.bench.scale\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'\n"
+            "sys.modules['ray'] = None  # as if it were not installed\n"
+            "from aioengine import AsyncMPClient, EngineConfig, EngineStartupError\n"
+            "async def main():\n"
+            "    try:\n"
+            "        await AsyncMPClient(EngineConfig(distributed_backend='ray')).start()\n"
+            "    except EngineStartupError as e:\n"
+            "        print(e)\n"
+            "if __name__ == '__main__':\n"
+            "    asyncio.run(main())\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "pip install 'aioengine[ray]'" in r.stdout, r.stdout + r.stderr

@@ -165,8 +165,9 @@ async def _launch_one(ray: Any, config: EngineConfig, replica: Replica,
                                      f" did not start: {e.cause!r}") from e
         handle = RayEngineHandle(ray, actor, group, int(payload.pop("pid")), node_id)
         payload.pop("actor_pid", None)
-        return EngineProcess(handle, requests, outputs, EngineReady.from_payload(payload),
-                             resolved)
+        # Duck-typed: EngineProcess and the client use only names, pid() and shutdown().
+        return EngineProcess(handle, requests, outputs,
+                             EngineReady.from_payload(payload), resolved)
     except BaseException:
         close_quietly(requests, outputs)
         if actor is not None:

@@ -28,8 +28,9 @@ def live(client: AsyncMPClient) -> list[Replica]:
 
 
 async def each_live(client: AsyncMPClient, method: str, timeout: float) -> Any:
-    """``method`` on every live replica at once: one engine's answer, or a list of them. A
-    silent one raises ``EngineDeadError`` (``TimeoutError`` from a ping is a dead engine)."""
+    """``method`` on every live replica at once: one engine's answer, or a list of them (a
+    replica that died meanwhile, in ``degrade`` mode, answers ``None``). A silent one raises
+    ``EngineDeadError`` (``TimeoutError`` from a ping is a dead engine)."""
     client._check_alive()
     replicas = live(client)
 
@@ -41,6 +42,10 @@ async def each_live(client: AsyncMPClient, method: str, timeout: float) -> Any:
                 raise
             who = "the engine" if len(client._replicas) == 1 else f"replica {r.index}"
             raise EngineDeadError(f"{who} did not answer a ping within {timeout} s") from e
+        except EngineDeadError:
+            if len(client._replicas) == 1 or client._death.error is not None:
+                raise
+            return None  # only that replica died (degrade): the others answer for the client
 
     results = await asyncio.gather(*(one(r) for r in replicas))
     return results[0] if len(client._replicas) == 1 else results
@@ -49,13 +54,12 @@ async def each_live(client: AsyncMPClient, method: str, timeout: float) -> Any:
 async def get_stats(client: AsyncMPClient, timeout: float) -> EngineStats:
     if len(client._replicas) == 1:
         return msgspec.convert(await client._call("get_stats", timeout=timeout), EngineStats)
-    client._check_alive()
     replicas = live(client)
-    answers = await asyncio.gather(*(client._call("get_stats", timeout=timeout, replica=r)
-                                     for r in replicas))
+    answers = await each_live(client, "get_stats", timeout)
     per: list[EngineStats | None] = [None] * len(client._replicas)
     for r, answer in zip(replicas, answers, strict=True):
-        per[r.index] = msgspec.convert(answer, EngineStats)
+        if answer is not None:
+            per[r.index] = msgspec.convert(answer, EngineStats)
     return total_stats(per)
 
 

@@ -108,14 +108,18 @@ def weak_callback(obj: Any, fn: Callable[[Any, int, EngineDeadError], None]
 
 
 def replica_config(config: EngineConfig, index: int) -> EngineConfig:
-    """The config of replica ``index``: one engine, its own channel addresses, and its share of
-    the CPUs (see ``threads_per_replica``)."""
+    """The config of replica ``index``: one engine, its own channel addresses (and
+    ``dist_init_addr`` port, + ``index``), and its share of the CPUs (``threads_per_replica``)."""
     n = config.data_parallel_size
     if n == 1:
         return config
+    dist = config.dist_init_addr
+    if dist is not None:  # each replica's ranks rendezvous on their own port
+        host, _, port = dist.rpartition(":")
+        dist = f"{host}:{int(port) + index}" if port.isdigit() else dist
     return config.replace(data_parallel_size=1, transport=replica_transport(config.transport,
                                                                             index),
-                          num_threads=threads_per_replica(config))
+                          num_threads=threads_per_replica(config), dist_init_addr=dist)
 
 
 def threads_per_replica(config: EngineConfig) -> int:
