@@ -1,7 +1,7 @@
-"""asyncio zmq endpoints, a thin driver of ``core``'s operations: the zmq notification fds
-(data and monitor socket) are registered with the event loop; after every wake-up
-``ZMQ_EVENTS`` is re-read, which both answers the question and re-arms zmq's edge-triggered fd. Messages are taken only synchronously, so a
-cancelled ``recv`` never loses one.
+"""asyncio zmq endpoints, a thin driver of ``core``'s operations: the zmq notification fds (data
+and monitor socket) are registered with the event loop; after every wake-up ``ZMQ_EVENTS`` is
+re-read, which both answers the question and re-arms zmq's edge-triggered fd. Messages are taken
+only synchronously, so a cancelled ``recv`` never loses one.
 
 The fds stay registered from the first wait until close (adding and removing them around every
 wait cost four epoll_ctl calls and two handles per streamed message in the host). A wake-up
