@@ -106,7 +106,11 @@ class ZmqSyncWriter(_Base, SyncWriter):
         frames = [head, *bufs]
         with self._lock:
             self._check_open()
-            trackers = self._run(self._core.send(frames, deadline))
+            ch = self._ch
+            # Ready and room: the common case sends without making a generator.
+            trackers = ch.send_step(frames) if ch.ready else None
+            if trackers is None:
+                trackers = self._run(self._core.send(frames, deadline))
             # zmq reads writable caller buffers later; return once it is done with them.
             for tracker in trackers:
                 while not tracker.done:
