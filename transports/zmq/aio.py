@@ -1,7 +1,7 @@
-"""asyncio zmq endpoints: the zmq notification fds (data and monitor socket) are registered
-with the event loop; after every wake-up ``ZMQ_EVENTS`` is re-read, which both answers the
-question and re-arms zmq's edge-triggered fd. Messages are taken only synchronously, so a
-cancelled ``recv`` never loses one.
+"""asyncio zmq endpoints, a thin driver of ``core``'s operations: the zmq notification fds (data
+and monitor socket) are registered with the event loop; after every wake-up ``ZMQ_EVENTS`` is
+re-read, which both answers the question and re-arms zmq's edge-triggered fd. Messages are taken
+only synchronously, so a cancelled ``recv`` never loses one.
 
 The fds stay registered from the first wait until close (adding and removing them around every
 wait cost four epoll_ctl calls and two handles per streamed message in the host). A wake-up
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from typing import TypeVar
 
 from transports._buffers import message_views
 from transports._checks import check_args, check_num_readers, check_rank
@@ -23,7 +24,9 @@ from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
 from transports.errors import ChannelClosedError
 from transports.zmq import channel as C
 from transports.zmq.address import parse
-from transports.zmq.sync import ready_timeout
+from transports.zmq.core import Wait, ZmqCore
+
+T = TypeVar("T")
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -75,8 +78,8 @@ class _AsyncBase(Endpoint):
         self._ch = ch = C.Channel(self, kind, addr, bind=bind, hwm=hwm, num_readers=num_readers,
                                   rank=rank)
         self._fds = [ch.sock.FD] + ([ch.mon.FD] if ch.mon is not None else [])
+        self._core = ZmqCore(ch, connect_timeout)
         self._connect_timeout = connect_timeout
-        self._connect_deadline: Deadline | None = None
         self._lock = asyncio.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
         self._fd_waiters: set[asyncio.Future[None]] = set()
@@ -126,25 +129,18 @@ class _AsyncBase(Endpoint):
             self._ch.has(0)
             self._ch.mon_has_events()
 
-    def _settled(self, event: int) -> bool:
-        """True when nothing is pending on either socket (so waiting on the fds is safe)."""
-        return not (self._ch.has(event) or self._ch.mon_has_events())
-
-    async def _ensure_ready(self, deadline: Deadline, connecting: bool = False) -> None:
-        ch = self._ch
-        if self._connect_deadline is None:
-            self._connect_deadline = Deadline(self._connect_timeout)
-        wait = Deadline.earliest(deadline, self._connect_deadline)
-        while True:
-            ch.process_events()
-            if ch.error is not None:
-                raise ch.error
-            if ch.ready:
-                return
-            if wait.expired():
-                raise ready_timeout(ch, self._connect_deadline, self._connect_timeout, connecting)
-            if self._settled(C.POLLIN):
-                await self._wait(wait)
+    async def _run(self, gen: Generator[Wait, None, T]) -> T:
+        """Drive one core operation: wait on the registered fds whenever it yields (unless
+        news is already pending: the fds are edge-triggered)."""
+        core = self._core
+        try:
+            w = next(gen)
+            while True:
+                if not w.settle or core.settled(w.settle):
+                    await self._wait(w.deadline)
+                w = next(gen)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def close(self) -> None:
         if self._closed:
@@ -173,20 +169,10 @@ class ZmqAsyncWriter(_AsyncBase, AsyncWriter):
         async with self._lock:
             self._check_open()
             ch = self._ch
-            if not ch.ready:
-                await self._ensure_ready(deadline)
-            backoff = 0.001
-            while True:
-                trackers = ch.send_step(frames)
-                if trackers is not None:
-                    break
-                if deadline.expired():
-                    raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
-                if ch.kind == C.XPUB:  # XPUB never reports POLLOUT honestly: back off
-                    await self._wait(Deadline.earliest(deadline, Deadline(backoff)))
-                    backoff = min(backoff * 2, 0.02)
-                elif self._settled(C.POLLOUT):
-                    await self._wait(deadline)
+            # Ready and room: the common case sends without making a generator.
+            trackers = ch.send_step(frames) if ch.ready else None
+            if trackers is None:
+                trackers = await self._run(self._core.send(frames, deadline))
             # zmq reads writable caller buffers later; complete once it is done with them.
             for tracker in trackers:
                 pause = 0.0005
@@ -210,25 +196,16 @@ class ZmqAsyncReader(_AsyncBase, AsyncReader):
         deadline = Deadline(timeout)
         async with self._lock:
             self._check_open()
-            ch = self._ch
-            msg = ch.try_recv()
+            msg = self._ch.try_recv()
             if msg is not None:
                 return msg
-            if not ch.ready:
-                await self._ensure_ready(deadline)
-            while True:
-                msg = ch.recv_step()
-                if msg is not None:
-                    return msg
-                if deadline.expired():
-                    raise TimeoutError(f"no message on {self.address} within {timeout} s")
-                if self._settled(C.POLLIN):
-                    await self._wait(deadline)
+            return await self._run(self._core.recv(deadline, timeout))
 
 
 async def _connect(endpoint: _AsyncBase) -> None:
     try:
-        await endpoint._ensure_ready(Deadline(endpoint._connect_timeout), connecting=True)
+        await endpoint._run(endpoint._core.ensure_ready(Deadline(endpoint._connect_timeout),
+                                                        connecting=True))
     except BaseException:
         endpoint.close()
         raise

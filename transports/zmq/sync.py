@@ -1,11 +1,13 @@
-"""Blocking zmq endpoints. They wait in ``zmq.Poller`` on the data socket, the monitor socket
-and a wake-up fd, so ``close()`` from another thread interrupts any wait at once."""
+"""Blocking zmq endpoints: a thin driver of ``core``'s operations. They wait in ``zmq.Poller``
+on the data socket, the monitor socket and a wake-up fd, so ``close()`` from another thread
+interrupts any wait at once."""
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from typing import TypeVar
 
 import zmq
 
@@ -17,6 +19,9 @@ from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
 from transports.errors import ChannelClosedError
 from transports.zmq import channel as C
 from transports.zmq.address import parse
+from transports.zmq.core import Wait, ZmqCore
+
+T = TypeVar("T")
 
 TRACKER_POLL = 0.05  # seconds between close checks while zmq still reads a caller's buffer
 
@@ -29,8 +34,8 @@ class _Base(Endpoint):
         addr = parse(address, binding=bind)
         self._ch = ch = C.Channel(self, kind, addr, bind=bind, hwm=hwm, num_readers=num_readers,
                                   rank=rank)
+        self._core = ZmqCore(ch, connect_timeout)
         self._connect_timeout = connect_timeout
-        self._connect_deadline: Deadline | None = None
         self._lock = threading.Lock()
         self._wake = Wakeup()
         self._closing = False
@@ -45,6 +50,18 @@ class _Base(Endpoint):
         if self._closing or self._closed:
             raise ChannelClosedError(f"endpoint {self.address} is closed")
 
+    def _run(self, gen: Generator[Wait, None, T]) -> T:
+        """Drive one core operation: wait in ``zmq.Poller`` whenever it yields."""
+        core = self._core
+        try:
+            w = next(gen)
+            while True:
+                if not w.settle or core.settled(w.settle):
+                    self._poll(w.event, w.deadline)
+                w = next(gen)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
     def _poll(self, sock_event: int, deadline: Deadline) -> None:
         poller = zmq.Poller()
         if sock_event:
@@ -55,27 +72,6 @@ class _Base(Endpoint):
         poller.poll(deadline.remaining_ms())
         if self._closing:
             raise ChannelClosedError(f"endpoint {self.address} was closed")
-
-    def _ensure_ready(self, deadline: Deadline, connecting: bool = False) -> None:
-        ch = self._ch
-        ch.process_events()
-        if ch.error is not None:
-            raise ch.error
-        if ch.ready:
-            return
-        if self._connect_deadline is None:
-            self._connect_deadline = Deadline(self._connect_timeout)
-        wait = Deadline.earliest(deadline, self._connect_deadline)
-        while True:
-            ch.process_events()
-            if ch.error is not None:
-                raise ch.error
-            if ch.ready:
-                return
-            if wait.expired():
-                raise ready_timeout(ch, self._connect_deadline, self._connect_timeout, connecting)
-            # XPUB learns of subscribers by reading the socket; the rest from the monitor.
-            self._poll(zmq.POLLIN if ch.kind == C.XPUB else 0, wait)
 
     def close(self) -> None:
         if self._closed:
@@ -89,18 +85,6 @@ class _Base(Endpoint):
             ch = self._ch
             live = ch.ready and ch.gone is None
             self._ch.close(C.LINGER_MS if self._writer and live else 0)
-
-
-def ready_timeout(ch: C.Channel, connect_deadline: Deadline, connect_timeout: float,
-                  connecting: bool) -> TimeoutError:
-    if connecting:
-        return TimeoutError(f"could not connect to {ch.url} within {connect_timeout} s "
-                            "(connect_timeout)")
-    what = f"only {len(ch.ranks)} of {ch.num_readers} readers" if ch.kind == C.XPUB else "no peer"
-    if connect_deadline.expired():
-        return TimeoutError(f"{what} connected to {ch.url} within {connect_timeout} s "
-                            "(connect_timeout)")
-    return TimeoutError(f"timed out waiting for peers of {ch.url} ({what} connected so far)")
 
 
 class ZmqSyncWriter(_Base, SyncWriter):
@@ -123,21 +107,10 @@ class ZmqSyncWriter(_Base, SyncWriter):
         with self._lock:
             self._check_open()
             ch = self._ch
-            if not ch.ready:  # once ready, send_step's own look at the events is enough
-                self._ensure_ready(deadline)
-            backoff = 0.001
-            while True:
-                trackers = ch.send_step(frames)
-                if trackers is not None:
-                    break
-                if deadline.expired():
-                    raise TimeoutError(f"channel {self.address} stayed full; nothing was sent")
-                if ch.kind == C.XPUB:
-                    # XPUB never reports POLLOUT honestly: back off until a slow reader drains.
-                    self._poll(0, Deadline.earliest(deadline, Deadline(backoff)))
-                    backoff = min(backoff * 2, 0.02)
-                elif not ch.has(C.POLLOUT):
-                    self._poll(zmq.POLLOUT, deadline)
+            # Ready and room: the common case sends without making a generator.
+            trackers = ch.send_step(frames) if ch.ready else None
+            if trackers is None:
+                trackers = self._run(self._core.send(frames, deadline))
             # zmq reads writable caller buffers later; return once it is done with them.
             for tracker in trackers:
                 while not tracker.done:
@@ -154,27 +127,17 @@ class ZmqSyncReader(_Base, SyncReader):
         deadline = Deadline(timeout)
         with self._lock:
             self._check_open()
-            ch = self._ch
-            msg = ch.try_recv()
+            msg = self._ch.try_recv()
             if msg is not None:
                 return msg
-            if not ch.ready:
-                self._ensure_ready(deadline)
-            while True:
-                msg = ch.recv_step()
-                if msg is not None:
-                    return msg
-                if deadline.expired():
-                    raise TimeoutError(f"no message on {self.address} within {timeout} s")
-                if ch.has(C.POLLIN) or ch.mon_has_events():
-                    continue
-                self._poll(zmq.POLLIN, deadline)
+            return self._run(self._core.recv(deadline, timeout))
 
 
 def _connect(endpoint: _Base) -> None:
     """A connecting endpoint is returned only once the zmq handshake with the binder is done."""
     try:
-        endpoint._ensure_ready(Deadline(endpoint._connect_timeout), connecting=True)
+        endpoint._run(endpoint._core.ensure_ready(Deadline(endpoint._connect_timeout),
+                                                  connecting=True))
     except BaseException:
         endpoint.close()
         raise
