@@ -5,6 +5,7 @@ out to be the start of a call)."""
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,31 +44,31 @@ class Parsed:
             self.deltas = [*(self.deltas or []), *other.deltas]
 
 
-class StreamParser:
+class StreamParser(ABC):
     """One reply's parser while it streams: ``feed`` each new piece of text, then ``finish``."""
 
-    def feed(self, text: str) -> Parsed:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def feed(self, text: str) -> Parsed: ...
 
-    def finish(self) -> Parsed:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def finish(self) -> Parsed: ...
 
 
-class ToolParser:
+class ToolParser(ABC):
     """A model family's tool-call format; subclasses register themselves by ``name``."""
 
     name = ""
 
-    def stream(self) -> StreamParser:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def stream(self) -> StreamParser: ...
 
-    def call_grammar(self, call: dict[str, Any], parallel: bool) -> str:  # pragma: no cover
+    @abstractmethod
+    def call_grammar(self, call: dict[str, Any], parallel: bool) -> str:
         """A Lark grammar (llguidance's dialect) whose sentences are calls in this format.
         ``call`` is the JSON schema of one whole call object, ``{"name", "arguments"}`` (the
         keys ``extract`` reads): one object schema, or ``anyOf`` them, with ``$defs`` at its
         root. One call, or several when ``parallel``; ``required`` and named ``tool_choice``
         are served with it."""
-        raise NotImplementedError
 
     def extract(self, text: str) -> Parsed:
         """The whole reply at once: the same answer as streaming it in one piece."""
