@@ -201,9 +201,13 @@ class Sampler:
         sampled = inverse_cdf_sample(probs, uniforms)
         # A row whose probabilities are NaN (inf/NaN logits from the model's numerics) draws
         # past the end of the CDF: it takes its best finite logit instead of an id outside the
-        # vocabulary, which would fail the whole step for every request.
-        best = torch.nan_to_num(r, nan=-math.inf).argmax(dim=-1)
-        sampled = torch.where(sampled < probs.shape[-1], sampled, best)
+        # vocabulary, which would fail the whole step for every request. Checked on [B] ids
+        # only; the fallback pass over the logits runs only for such a step (the ids are read
+        # back right after this anyway, so the check adds no device sync that matters).
+        bad = sampled >= probs.shape[-1]
+        if bool(bad.any()):
+            best = torch.nan_to_num(r, nan=-math.inf).argmax(dim=-1)
+            sampled = torch.where(bad, best, sampled)
         if not mixed:
             return sampled
         tokens = x.argmax(dim=-1)
