@@ -174,6 +174,7 @@ def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:
         assert 0 < values[f"{stage}_itl_p50_ms"] <= values[f"{stage}_itl_p90_ms"]
     # the engine's model process is a child of the server: the tree holds more than the server
     assert values["serve_rss_mb"] > 100 and got["serve_rss_mb"][1] == "MB"
+    assert values["serve_rss_max_mb"] >= values["serve_rss_mb"]
     with pytest.raises(OSError):  # the server is gone
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
 

@@ -91,7 +91,7 @@ class Server:
     url: str
     pid: int
     startup_s: float
-    rss_mb: float = 0.0
+    rss_mb: float = 0.0  # the most seen so far
 
     def sample_rss(self) -> None:
         self.rss_mb = max(self.rss_mb, tree_rss_mb(self.pid))
@@ -136,8 +136,10 @@ def serving_rows(servers: list[tuple[str, list[str], int, dict[str, str] | None]
                 for metric, value, unit in summary(recs, wall, server.url):
                     report(server.kind, f"{prefix}_{metric}", value, unit)
                 server.sample_rss()
+                if i == 0:  # under the 8-stream load (llama-server's prompt cache grows later)
+                    report(server.kind, "serve_rss_mb", server.rss_mb, "MB")
         for server in up:
-            report(server.kind, "serve_rss_mb", server.rss_mb, "MB")
+            report(server.kind, "serve_rss_max_mb", server.rss_mb, "MB")
 
 
 async def _drive(server: Server, work: Workload, streams: int,
