@@ -76,6 +76,24 @@ def test_a_bin_directory_is_found(tmp_path: Path) -> None:
         peers.find_llama_cpp(str(tmp_path), llama_cpp.TOOLS)
 
 
+def test_a_build_in_the_cache_is_used_not_rebuilt(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path))
+    bindir = tmp_path / "llama.cpp" / "bin"
+    bindir.mkdir(parents=True)
+    for tool in llama_cpp.TOOLS:
+        (bindir / tool).write_text("#!/bin/sh\n")
+        (bindir / tool).chmod(0o755)
+    monkeypatch.setattr(llama_cpp, "build_llama_cpp", lambda log: pytest.fail("rebuilt"))
+    assert llama_cpp.llama_cpp_dir(None, build=True) == bindir
+    assert llama_cpp.llama_cpp_dir(None, build=False) == bindir
+    (bindir / "llama-quantize").unlink()  # an older build: --build-llama-cpp builds again
+    monkeypatch.setattr(llama_cpp, "build_llama_cpp", lambda log: tmp_path / "new")
+    assert llama_cpp.llama_cpp_dir(None, build=True) == tmp_path / "new"
+    assert llama_cpp.llama_cpp_dir(None, build=False) == bindir
+    with pytest.raises(peers.NoLlamaCpp, match="--llama-cpp /nowhere: no executable"):
+        llama_cpp.llama_cpp_dir("/nowhere", build=True)
+
+
 def test_llama_bench_json_is_read() -> None:
     dec, pre = peers.parse_llama_bench(SAMPLE.read_text())
     tests = json.loads(SAMPLE.read_text())

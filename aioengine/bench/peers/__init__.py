@@ -52,9 +52,9 @@ from aioengine.bench.peers.child import X8_ENV, decode_read_bytes, ours_child, r
 from aioengine.bench.peers.llama_cpp import (
     FLOAT_TYPES,
     NoLlamaCpp,
-    build_llama_cpp,
     find_llama_cpp,
     llama_bench,
+    llama_cpp_dir,
     model_files,
     parse_llama_bench,
     parse_quants,
@@ -111,10 +111,7 @@ def run(options: BenchOptions) -> list[Result]:
         sizes = replace(sizes, rates=(options.rate,))
     quants = parse_quants(options.quants)
     try:
-        if options.build_llama_cpp and options.llama_cpp is None:
-            bindir = build_llama_cpp()
-        else:
-            bindir = find_llama_cpp(options.llama_cpp)
+        bindir = llama_cpp_dir(options.llama_cpp, options.build_llama_cpp)
         files = model_files(source_file(options.model), quants, bindir)
     except (NoLlamaCpp, ValueError) as e:
         if options.quick:

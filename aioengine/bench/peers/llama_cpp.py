@@ -52,6 +52,19 @@ def find_llama_cpp(given: str | None, need: tuple[str, ...] = TOOLS[:2]) -> Path
                      "--build-llama-cpp (builds it there once)")
 
 
+def llama_cpp_dir(given: str | None, build: bool, log=sys.stderr) -> Path:
+    """``--llama-cpp DIR``, else the cache's build; ``build`` (``--build-llama-cpp``) builds
+    it there first when it is missing or lacks one of ``TOOLS`` (an older build)."""
+    if given is not None:
+        return find_llama_cpp(given)
+    try:
+        return find_llama_cpp(None, TOOLS if build else TOOLS[:2])
+    except NoLlamaCpp:
+        if not build:
+            raise
+    return build_llama_cpp(log)
+
+
 def build_llama_cpp(log=sys.stderr) -> Path:
     """Download the ``llama-cpp-python`` sdist, build llama-bench, llama-server and
     llama-quantize from its vendored llama.cpp (native CPU flags, no curl) into the cache."""
@@ -68,6 +81,7 @@ def build_llama_cpp(log=sys.stderr) -> Path:
         subprocess.run(["tar", "xzf", str(sdist), "-C", tmp], check=True)
         src = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
         build = root / "build"
+        shutil.rmtree(build, ignore_errors=True)  # its CMake cache names an older source tree
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         print(f"peers: building llama.cpp into {build} (minutes) ...", file=log, flush=True)
         subprocess.run(["cmake", "-S", str(src), "-B", str(build), *gen, "-DGGML_NATIVE=ON",
