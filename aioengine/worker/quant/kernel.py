@@ -82,6 +82,14 @@ _I = ctypes.c_int64
 _C = ctypes.c_int
 
 
+class QkSeg(ctypes.Structure):
+    """One output-row segment for ``qk_matmul_segs`` (qkernels.c ``qk_seg``)."""
+
+    _fields_ = [("t", ctypes.c_int32), ("x8", ctypes.c_int32), ("act", ctypes.c_int32),
+                ("pad", ctypes.c_int32), ("w", ctypes.c_void_p), ("row_bytes", ctypes.c_int64),
+                ("n", ctypes.c_int64), ("offset", ctypes.c_int64)]
+
+
 def error_text(code: int) -> str:
     return _ERRORS.get(code, f"error {code}")
 
@@ -113,6 +121,8 @@ class QuantKernel:
         lib.qk_matmul_x8.restype = _C
         lib.qk_dequantize_x8.argtypes = (_C, _P, _I, _I, _P, _I, _C, _C)
         lib.qk_dequantize_x8.restype = _C
+        lib.qk_matmul_segs.argtypes = (_P, _C, _P, _I, _I, _I, _P, _I, _C)
+        lib.qk_matmul_segs.restype = _C
         self.path = path
         self._lib = lib
         self.best_level: int = lib.qk_best_level()
@@ -121,6 +131,9 @@ class QuantKernel:
         validated at load and activations it made contiguous): returns an error code."""
         self.raw_matmul_x8 = lib.qk_matmul_x8
         """The same for weights in the x8 layout (int16 activations)."""
+        self.raw_matmul_segs = lib.qk_matmul_segs
+        """``(segs, nseg, x, ldx, m, k, y, ldy, threads)``: every segment of a weight (a
+        ``QkSeg`` array) in one call, unchecked like ``raw_matmul``."""
 
     def set_spin_ns(self, ns: int) -> None:
         """How long an idle pool thread spins before it sleeps (default 200 us)."""
