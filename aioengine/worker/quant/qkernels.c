@@ -1629,7 +1629,15 @@ static void x8_deq_job(void *a, int c, int nchunks) {
 int qk_version(void) { return QK_VERSION; }
 
 /* best level this CPU runs: 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512F (+ the AVX2 set) */
-int qk_best_level(void) { return have_avx512() ? 2 : have_avx2() ? 1 : 0; }
+static _Atomic int max_level = 2; /* qk_set_max_level: a cap for A/B (AIOENGINE_QUANT_ISA) */
+int qk_best_level(void) {
+    int best = have_avx512() ? 2 : have_avx2() ? 1 : 0, cap = atomic_load(&max_level);
+    return best < cap ? best : cap;
+}
+
+/* cap every call's code path at level (0 scalar, 1 AVX2, 2 AVX-512): forcing the AVX2 path on an
+ * AVX-512 machine measures what AVX2-only CPUs run */
+void qk_set_max_level(int level) { atomic_store(&max_level, level < 0 ? 0 : level > 2 ? 2 : level); }
 
 void qk_set_spin_ns(long ns) { atomic_store(&pool_spin_ns, ns); }
 

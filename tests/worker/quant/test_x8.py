@@ -170,3 +170,28 @@ def test_decode_plan_matches_the_checked_path(kern):
     qw(x)
     got = qw(x)
     assert np.abs(got.numpy() - ref).max() < 1e-4 * float(np.abs(ref).max())
+
+
+def test_isa_env_caps_the_code_path(kern, monkeypatch):
+    """AIOENGINE_QUANT_ISA=avx2 makes the best-level calls run the AVX2 kernels (what AVX2-only
+    CPUs run) — bit-equal to asking for level 1; a bad value is named."""
+    from aioengine.worker.quant.kernel import QuantKernel
+
+    if kern.best_level < 1:
+        pytest.skip("needs an AVX2 CPU")
+    qt = QTYPES["q4_1"]
+    b, _ = blocks_of("q4_1", 40, 128, seed=3)
+    x8 = kern.repack_x8(qt, torch.from_numpy(b), 128)
+    x = torch.randn(1, 128)
+    want = kern.matmul_x8(qt, x, x8, torch.empty(1, 40), level=1)
+    try:
+        monkeypatch.setenv("AIOENGINE_QUANT_ISA", "avx2")
+        capped = QuantKernel(kern.path)  # the cap is the loaded library's (process-wide)
+        assert capped.best_level == 1
+        assert torch.equal(capped.matmul_x8(qt, x, x8, torch.empty(1, 40)), want)
+        monkeypatch.setenv("AIOENGINE_QUANT_ISA", "sse9")
+        with pytest.raises(QuantKernelError, match="AIOENGINE_QUANT_ISA='sse9': expected one of"):
+            QuantKernel(kern.path)
+    finally:
+        monkeypatch.delenv("AIOENGINE_QUANT_ISA")
+        assert QuantKernel(kern.path).best_level == kern.best_level
