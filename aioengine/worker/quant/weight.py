@@ -33,7 +33,7 @@ from aioengine.worker.quant.kernel import (
     error_text,
     load_quant_kernel,
 )
-from aioengine.worker.quant.quantize import quantize
+from aioengine.worker.quant.quantize import WIDENED, q5_0_as_q8_0, quantize
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +87,22 @@ class Segment:
 
 
 def _source_qtype(src: Any) -> QType | None:
-    """The kernels' type for a source's stored blocks, or None (float or unsupported)."""
+    """The kernels' type for a source's stored blocks (a widened type's for Q5_0, see
+    ``quantize.WIDENED``), or None (float or unsupported)."""
     name = getattr(getattr(src, "qtype", None), "name", None)
-    return QTYPES.get(name.lower()) if isinstance(name, str) else None
+    if not isinstance(name, str):
+        return None
+    name = name.lower()
+    return QTYPES.get(WIDENED.get(name, name))
+
+
+def _raw(src: Any, start: int, length: int) -> np.ndarray:
+    """Stored blocks of rows ``[start, start+length)``, widened where the file's type is."""
+    raw = np.asarray(src.raw_rows(start, length))
+    name = getattr(getattr(src, "qtype", None), "name", "")
+    if isinstance(name, str) and name.lower() == "q5_0":
+        return q5_0_as_q8_0(raw)
+    return raw
 
 
 def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple[QType | None,
@@ -100,7 +113,7 @@ def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
     stored = _source_qtype(src)
     want = policy.qtype
     if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
-        raw = np.ascontiguousarray(src.raw_rows(start, length))
+        raw = np.ascontiguousarray(_raw(src, start, length))
         return stored, torch.from_numpy(raw.copy() if not raw.flags.writeable else raw)
     values = src[start:start + length]
     values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
@@ -132,7 +145,7 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
                              f"[{start}, {start + length}): the split must fall on "
                              f"{stored.block}-value block boundaries (use fewer tensor-parallel "
                              f"ranks or another quantization)")
-        raw = np.asarray(src.raw_rows(0, n))
+        raw = _raw(src, 0, n)
         b0 = start // stored.block * stored.bytes
         b1 = (start + length) // stored.block * stored.bytes
         return stored, torch.from_numpy(np.ascontiguousarray(raw[:, b0:b1]).copy())
