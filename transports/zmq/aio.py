@@ -17,6 +17,9 @@ import weakref
 from collections.abc import Generator, Sequence
 from typing import TypeVar
 
+import anyio
+
+from transports._anyio_wait import on_asyncio
 from transports._buffers import message_views
 from transports._checks import check_args, check_num_readers, check_rank
 from transports._deadline import Deadline, check_timeout
@@ -27,6 +30,7 @@ from transports.zmq.address import parse
 from transports.zmq.core import Wait, ZmqCore
 
 T = TypeVar("T")
+AsyncLock = asyncio.Lock | anyio.Lock
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -73,18 +77,23 @@ class _AsyncBase(Endpoint):
 
     def __init__(self, connect_timeout: float, kind: int, address: str | None, *, bind: bool,
                  hwm: int, num_readers: int | None = None, rank: int | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
         addr = parse(address, binding=bind)
         self._ch = ch = C.Channel(self, kind, addr, bind=bind, hwm=hwm, num_readers=num_readers,
                                   rank=rank)
         self._fds = [ch.sock.FD] + ([ch.mon.FD] if ch.mon is not None else [])
         self._core = ZmqCore(ch, connect_timeout)
         self._connect_timeout = connect_timeout
-        self._lock = asyncio.Lock()
+        self._closed = False
+        self._attach(ch)
+
+    def _attach(self, ch: C.Channel) -> None:
+        """The driver's own state (the anyio driver overrides this, ``_wait``, ``_sleep`` and
+        ``close``; the operations themselves are shared)."""
+        self._loop = asyncio.get_running_loop()
+        self._lock: AsyncLock = asyncio.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
         self._fd_waiters: set[asyncio.Future[None]] = set()
         self._registered = [False]  # shared with the finalizer
-        self._closed = False
         weakref.finalize(self, _finalize, self._loop, self._fds, self._registered, ch)
 
     @property
@@ -202,6 +211,21 @@ class ZmqAsyncReader(_AsyncBase, AsyncReader):
             return await self._run(self._core.recv(deadline, timeout))
 
 
+def _writer_class() -> type[ZmqAsyncWriter]:
+    """This driver's writer on an asyncio loop (uvloop included), the anyio one elsewhere."""
+    if on_asyncio():
+        return ZmqAsyncWriter
+    from transports.zmq.anyio_driver import ZmqAnyioWriter
+    return ZmqAnyioWriter
+
+
+def _reader_class() -> type[ZmqAsyncReader]:
+    if on_asyncio():
+        return ZmqAsyncReader
+    from transports.zmq.anyio_driver import ZmqAnyioReader
+    return ZmqAnyioReader
+
+
 async def _connect(endpoint: _AsyncBase) -> None:
     try:
         await endpoint._run(endpoint._core.ensure_ready(Deadline(endpoint._connect_timeout),
@@ -214,7 +238,7 @@ async def _connect(endpoint: _AsyncBase) -> None:
 async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> ZmqAsyncWriter:
     check_args(capacity, connect_timeout)
-    w = ZmqAsyncWriter(connect_timeout, C.PUSH, address, bind=bind, hwm=C.hwm_for(capacity))
+    w = _writer_class()(connect_timeout, C.PUSH, address, bind=bind, hwm=C.hwm_for(capacity))
     if not bind:
         await _connect(w)
     return w
@@ -223,7 +247,7 @@ async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
 async def open_async_reader(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> ZmqAsyncReader:
     check_args(capacity, connect_timeout)
-    r = ZmqAsyncReader(connect_timeout, C.PULL, address, bind=bind, hwm=C.hwm_for(capacity))
+    r = _reader_class()(connect_timeout, C.PULL, address, bind=bind, hwm=C.hwm_for(capacity))
     if not bind:
         await _connect(r)
     return r
@@ -233,7 +257,7 @@ async def open_async_broadcast_writer(address: str | None, num_readers: int, *, 
                                       connect_timeout: float) -> ZmqAsyncWriter:
     check_args(capacity, connect_timeout)
     check_num_readers(num_readers)
-    return ZmqAsyncWriter(connect_timeout, C.XPUB, address, bind=True,
+    return _writer_class()(connect_timeout, C.XPUB, address, bind=True,
                           hwm=C.hwm_for(capacity), num_readers=num_readers)
 
 
@@ -241,7 +265,7 @@ async def open_async_broadcast_reader(address: str | None, rank: int, *,
                                       connect_timeout: float) -> ZmqAsyncReader:
     check_timeout(connect_timeout, "connect_timeout")
     check_rank(rank)
-    r = ZmqAsyncReader(connect_timeout, C.SUB, address, bind=False,
+    r = _reader_class()(connect_timeout, C.SUB, address, bind=False,
                        hwm=C.hwm_for(C.DEFAULT_READER_CAPACITY), rank=rank)
     await _connect(r)
     return r
