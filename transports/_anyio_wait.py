@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from transports._deadline import Deadline
+from transports._wakeup import Wakeup
 
 
 async def wait_fds(readable: Sequence[int], deadline: Deadline,
@@ -71,3 +72,26 @@ def on_asyncio() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+class AnyioClose:
+    """``close()`` of an endpoint driven through anyio: wake a waiting operation (``_wake``),
+    and ``_release`` once none is waiting (``_waiting``)."""
+
+    _closed: bool
+    _wake: Wakeup
+    _waiting: Waiting
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._before_close()
+        self._closed = True
+        self._wake.signal()
+        self._waiting.close(self._release)
+
+    def _before_close(self) -> None:
+        """What may still finish first (a background flush's linger)."""
+
+    def _release(self) -> None:
+        raise NotImplementedError

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import anyio
 
-from transports._anyio_wait import Waiting, wait_fds
+from transports._anyio_wait import AnyioClose, Waiting, wait_fds
 from transports._deadline import Deadline
 from transports._wakeup import Wakeup
 from transports.errors import ChannelClosedError
 from transports.uds import core as K
 from transports.uds import stream as S
 from transports.uds.aio import UdsAsyncReader, UdsAsyncWriter, _AsyncBase
-from transports.uds.sync import ThreadFlusher
+from transports.uds.sync import FlushOnClose, ThreadFlusher
 
 FLUSH_POLL_MAX = 0.01  # seconds between looks at a background flush the next send waits for
 
 
-class _AnyioDriver(_AsyncBase):
+class _AnyioDriver(AnyioClose, _AsyncBase):
     def _attach(self) -> None:
         self._lock = anyio.Lock()
         self._wake = Wakeup()
@@ -53,23 +53,11 @@ class _AnyioDriver(_AsyncBase):
         if self._closed:
             raise ChannelClosedError(f"endpoint {self.address} was closed")
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._before_close()
-        self._closed = True
-        self._wake.signal()
-        self._after_close()
-        self._waiting.close(self._core.close_sockets)
-
-    def _before_close(self) -> None:
-        pass
-
-    def _after_close(self) -> None:
-        pass
+    def _release(self) -> None:
+        self._core.close_sockets()
 
 
-class UdsAnyioWriter(_AnyioDriver, UdsAsyncWriter):
+class UdsAnyioWriter(FlushOnClose, _AnyioDriver, UdsAsyncWriter):
     """A uds writer for trio (and any anyio backend)."""
 
     def _attach(self) -> None:
@@ -92,11 +80,6 @@ class UdsAnyioWriter(_AnyioDriver, UdsAsyncWriter):
                 raise ChannelClosedError(f"endpoint {self.address} was closed")
             pause = min(pause * 2, FLUSH_POLL_MAX)
 
-    def _before_close(self) -> None:
-        self._thread_flusher.join(S.LINGER)
-
-    def _after_close(self) -> None:
-        self._thread_flusher.join(None)  # woken by the wake-up fd: it stops writing
 
 
 class UdsAnyioReader(_AnyioDriver, UdsAsyncReader):

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from transports._buffers import message_views
 from transports._deadline import Deadline
-from transports._wakeup import Wakeup
+from transports._wakeup import BlockingClose, Wakeup
 from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
 from transports.errors import ChannelClosedError, TransportError
 from transports.uds import address as A
@@ -98,7 +98,23 @@ class ThreadFlusher:
             thread.join(seconds)
 
 
-class _Base(Endpoint):
+class FlushOnClose:
+    """The closing of a writer whose half-written frames a ``ThreadFlusher`` finishes: the
+    flush gets ``stream.LINGER`` seconds, then (woken by the wake-up fd) it stops writing before
+    the sockets close."""
+
+    _thread_flusher: ThreadFlusher
+    _core: K.UdsCore
+
+    def _before_close(self) -> None:
+        self._thread_flusher.join(S.LINGER)
+
+    def _release(self) -> None:
+        self._thread_flusher.join(None)
+        self._core.close_sockets()
+
+
+class _Base(BlockingClose, Endpoint):
     """Waiting and closing shared by the sync reader and writer."""
 
     def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
@@ -122,32 +138,16 @@ class _Base(Endpoint):
     def _check_open(self) -> None:
         self._core.check_usable(self._closing or self._closed)
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._before_close()
-        self._closing = True
-        self._wake.signal()
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._after_close()
-            self._core.close_sockets()
-
-    def _before_close(self) -> None:
-        pass
-
-    def _after_close(self) -> None:
-        pass
+    def _release(self) -> None:
+        self._core.close_sockets()
 
 
-class UdsSyncWriter(_Base, SyncWriter):
+class UdsSyncWriter(FlushOnClose, _Base, SyncWriter):
     """Point-to-point (one peer) or broadcast (``num_readers`` peers) writer."""
 
     def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
         super().__init__(addr, connect_timeout)
-        self._flusher = ThreadFlusher(self._core, self._wake, self._is_closing)
+        self._thread_flusher = ThreadFlusher(self._core, self._wake, self._is_closing)
 
     def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
              timeout: float | None = None) -> None:
@@ -161,9 +161,9 @@ class UdsSyncWriter(_Base, SyncWriter):
             core = self._core
             if core.accepting:
                 self._run(core.ensure_peers(deadline))
-            if not self._flusher.done():
-                self._flusher.join(deadline.remaining())
-                if not self._flusher.done():
+            if not self._thread_flusher.done():
+                self._thread_flusher.join(deadline.remaining())
+                if not self._thread_flusher.done():
                     raise S.full_error(self.address)
             self._write([(peer, Outbound(parts)) for peer in core.peers], deadline)
 
@@ -176,7 +176,7 @@ class UdsSyncWriter(_Base, SyncWriter):
         with self._lock:
             core = self._core
             peers = core.peers
-            if len(peers) != 1 or core.accepting or not self._flusher.idle \
+            if len(peers) != 1 or core.accepting or not self._thread_flusher.idle \
                     or self._closing or self._closed or core.broken is not None:
                 return False
             frame = PREFIX.pack(len(header), 0) + header
@@ -195,13 +195,8 @@ class UdsSyncWriter(_Base, SyncWriter):
     def _write(self, outs: S.Pending, deadline: Deadline) -> None:
         rest = self._run(self._core.write(outs, deadline, stash=True))
         if rest:
-            self._flusher.start(rest)  # the next send waits for it
+            self._thread_flusher.start(rest)  # the next send waits for it
 
-    def _before_close(self) -> None:
-        self._flusher.join(S.LINGER)
-
-    def _after_close(self) -> None:
-        self._flusher.join(None)
 
 
 class UdsSyncReader(_Base, SyncReader):

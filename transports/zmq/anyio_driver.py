@@ -13,7 +13,7 @@ import weakref
 
 import anyio
 
-from transports._anyio_wait import Waiting, wait_fds
+from transports._anyio_wait import AnyioClose, Waiting, wait_fds
 from transports._deadline import Deadline
 from transports._wakeup import Wakeup
 from transports.errors import ChannelClosedError
@@ -21,7 +21,7 @@ from transports.zmq import channel as C
 from transports.zmq.aio import ZmqAsyncReader, ZmqAsyncWriter, _AsyncBase
 
 
-class _AnyioDriver(_AsyncBase):
+class _AnyioDriver(AnyioClose, _AsyncBase):
     def _attach(self, ch: C.Channel) -> None:
         self._lock = anyio.Lock()
         self._wake = Wakeup()
@@ -44,14 +44,10 @@ class _AnyioDriver(_AsyncBase):
         if self._closed:
             raise ChannelClosedError(f"endpoint {self.address} was closed")
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._wake.signal()
+    def _release(self) -> None:
         ch = self._ch
-        linger = C.LINGER_MS if self._writer and ch.ready and ch.gone is None else 0
-        self._waiting.close(lambda: ch.close(linger, background=True))
+        ch.close(C.LINGER_MS if self._writer and ch.ready and ch.gone is None else 0,
+                 background=True)
 
 
 class ZmqAnyioWriter(_AnyioDriver, ZmqAsyncWriter):
@@ -60,3 +56,7 @@ class ZmqAnyioWriter(_AnyioDriver, ZmqAsyncWriter):
 
 class ZmqAnyioReader(_AnyioDriver, ZmqAsyncReader):
     """A zmq reader for trio (and any anyio backend)."""
+
+
+ANYIO_CLASSES: dict[type[_AsyncBase], type[_AsyncBase]] = {
+    ZmqAsyncWriter: ZmqAnyioWriter, ZmqAsyncReader: ZmqAnyioReader}
