@@ -185,7 +185,10 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
             await self._ensure_peers(deadline)
             await self._join_flusher(deadline)
             outs = [(p, Outbound(parts)) for p in self._core.peers]
-            gen = self._core.write(outs, deadline, stash=True)
+            pending = self._core.write_now(outs)  # most frames go out in this one pass
+            if not pending:
+                return
+            gen = self._core.write(outs, deadline, stash=True, pending=pending)
             try:
                 rest = await self._run(gen)
             except anyio.get_cancelled_exc_class():
@@ -250,16 +253,22 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
             msg = core.recv_now()
             if msg is not None:
                 return msg
-            await self._ensure_peers(deadline)
+            if core.streaming:  # the common wait, before any generator
+                await self._wait_data(core.peers[0], deadline)
+                msg = core.recv_now()
+                if msg is not None:
+                    return msg
+            else:
+                await self._ensure_peers(deadline)
             return await self._run(core.recv(deadline, timeout, waited=True))
 
     async def _wait(self, w: K.Wait) -> None:
         if w.kept is None:
             await self._wait_fds(w.fds, w.writable, w.deadline, w.closable)
         else:
-            await self._wait_kept(w.kept, w.deadline)
+            await self._wait_data(w.kept, w.deadline)
 
-    async def _wait_kept(self, peer: Peer, deadline: Deadline) -> None:
+    async def _wait_data(self, peer: Peer, deadline: Deadline) -> None:
         kept = self._kept
         fut = kept.wait(peer)
         try:

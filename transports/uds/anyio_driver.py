@@ -22,6 +22,7 @@ from transports.errors import ChannelClosedError
 from transports.uds import core as K
 from transports.uds import stream as S
 from transports.uds.aio import UdsAsyncReader, UdsAsyncWriter, _AsyncBase
+from transports.uds.peers import Peer
 from transports.uds.sync import FlushOnClose, ThreadFlusher
 
 FLUSH_POLL_MAX = 0.01  # seconds between looks at a background flush the next send waits for
@@ -84,6 +85,9 @@ class UdsAnyioWriter(FlushOnClose, _AnyioDriver, UdsAsyncWriter):
 
 class UdsAnyioReader(_AnyioDriver, UdsAsyncReader):
     """A uds reader for trio (and any anyio backend)."""
+
+    async def _wait_data(self, peer: Peer, deadline: Deadline) -> None:
+        await self._wait(K.Wait([peer.sock.fileno()], False, deadline))
 
 
 ANYIO_CLASSES: dict[type[_AsyncBase], type[_AsyncBase]] = {

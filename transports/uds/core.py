@@ -158,9 +158,15 @@ class UdsCore:
                 return msg
             waited = True
 
+    @property
+    def streaming(self) -> bool:
+        """A reader past its set-up (peers in, greeting read): ``recv_now`` reads its peer."""
+        return not self.accepting and self.greeted
+
     def recv_now(self) -> Message | None:
         """A reader's next message if one is here and nothing else is pending (the peers in,
-        the greeting read); None means: run ``recv``."""
+        the greeting read); None means: wait for its socket (when ``streaming``) or run
+        ``recv``."""
         if self.accepting or not self.greeted:
             return None
         try:
@@ -191,16 +197,31 @@ class UdsCore:
             waited = False
 
     # ---- writing -----------------------------------------------------------------------------
-    def write(self, outs: S.Pending, deadline: Deadline,
-              stash: bool) -> Generator[Wait, None, S.Pending]:
+    def write_now(self, outs: S.Pending) -> S.Pending:
+        """One write pass of a new frame (``outs``: one per peer); returns the connections it
+        is not done on (pass them to ``write``)."""
+        try:
+            return S.write_pass(outs, self.url, self.connected)
+        except PeerClosedError as e:
+            self.broken = e
+            raise
+
+    def write(self, outs: S.Pending, deadline: Deadline, stash: bool,
+              pending: S.Pending | None = None) -> Generator[Wait, None, S.Pending]:
         """Write one frame (``outs``: one per peer) until it is out: returns []; or, when
         ``stash`` and time is up with part of it on the wire, what is left for the driver to
-        finish in the background. ``unsent`` holds the rest while it waits."""
-        pending = outs
+        finish in the background. ``unsent`` holds the rest while it waits. ``pending``: what
+        ``write_now`` left (the first step is then the wait)."""
+        tried = pending is not None
+        pending = outs if pending is None else pending
         while True:
             try:
-                pending, move = S.write_step(outs, pending, deadline, self.url,
-                                             self.connected, stash)
+                if tried:
+                    pending, move = S.write_move(outs, pending, deadline, self.url, stash)
+                    tried = False
+                else:
+                    pending, move = S.write_step(outs, pending, deadline, self.url,
+                                                 self.connected, stash)
             except PeerClosedError as e:
                 self.broken = e
                 raise

@@ -165,7 +165,10 @@ class UdsSyncWriter(FlushOnClose, _Base, SyncWriter):
                 self._thread_flusher.join(deadline.remaining())
                 if not self._thread_flusher.done():
                     raise S.full_error(self.address)
-            self._write([(peer, Outbound(parts)) for peer in core.peers], deadline)
+            outs = [(peer, Outbound(parts)) for peer in core.peers]
+            pending = core.write_now(outs)  # most frames go out in this one pass
+            if pending:
+                self._write(outs, deadline, pending)
 
     def _send_small(self, header: bytes) -> bool:
         """The commonest send (one small frame to one connected reader, no timeout) in one
@@ -192,14 +195,19 @@ class UdsSyncWriter(FlushOnClose, _Base, SyncWriter):
                 self._write([(peers[0], out)], Deadline(None))
             return True
 
-    def _write(self, outs: S.Pending, deadline: Deadline) -> None:
-        rest = self._run(self._core.write(outs, deadline, stash=True))
+    def _write(self, outs: S.Pending, deadline: Deadline,
+               pending: S.Pending | None = None) -> None:
+        rest = self._run(self._core.write(outs, deadline, stash=True, pending=pending))
         if rest:
             self._thread_flusher.start(rest)  # the next send waits for it
 
 
 
 class UdsSyncReader(_Base, SyncReader):
+    def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
+        super().__init__(addr, connect_timeout)
+        self._poller: select.poll | None = None  # the peer's socket and the wake-up fd
+
     def recv(self, timeout: float | None = None) -> Message:
         deadline = Deadline(timeout)
         with self._lock:
@@ -208,6 +216,20 @@ class UdsSyncReader(_Base, SyncReader):
             msg = core.recv_now()
             if msg is not None:
                 return msg
+            if core.streaming:
+                # The common wait (a stream between messages), before any generator: one
+                # poll(2) on a poll object kept for the connection.
+                poller = self._poller
+                if poller is None:
+                    poller = self._poller = select.poll()
+                    poller.register(core.peers[0].sock.fileno(), _IN)
+                    poller.register(self._wake.fd, _IN)
+                poller.poll(deadline.remaining_ms())
+                if self._closing:
+                    raise ChannelClosedError(f"endpoint {self.address} was closed")
+                msg = core.recv_now()
+                if msg is not None:
+                    return msg
             return self._run(core.recv(deadline, timeout, waited=True))
 
 
