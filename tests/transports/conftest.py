@@ -42,21 +42,26 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = 120.0) -> T:
     return asyncio.run(bounded())
 
 
-BACKENDS = ["asyncio", "trio"]
+BACKENDS = ["asyncio", "uvloop", "trio"]
 
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
-    """The event loop an async contract test runs on (anyio backend name): the asyncio drivers
-    on asyncio, the anyio drivers on trio."""
+    """The event loop an async contract test runs on: the asyncio drivers on asyncio and uvloop,
+    the anyio drivers on trio."""
     return request.param
 
 
 def run_on(backend: str, body: Callable[[], Awaitable[T]], timeout: float = 120.0) -> T:
-    """``await body()`` under ``anyio.run`` on ``backend``, bounded so a hang fails."""
+    """``await body()`` under ``anyio.run`` on ``backend`` (an anyio backend name, or uvloop),
+    bounded so a hang fails."""
     async def bounded() -> T:
+        if backend == "uvloop":
+            assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
         with anyio.fail_after(timeout):
             return await body()
+    if backend == "uvloop":
+        return anyio.run(bounded, backend="asyncio", backend_options={"use_uvloop": True})
     return anyio.run(bounded, backend=backend)
 
 

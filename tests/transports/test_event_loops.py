@@ -1,32 +1,19 @@
-"""Every transport's async endpoints under trio as under asyncio and uvloop (``anyio.run``):
-``open_async_*`` give the asyncio drivers' endpoints on an asyncio loop and the anyio drivers'
-under trio (shm: its asyncio driver hands each wait to anyio). Point-to-point with
-backpressure, timeouts, close and the peer's end, cancellation, and a broadcast."""
+"""Every transport's async endpoints under trio as under asyncio and uvloop (the ``backend``
+fixture): ``open_async_*`` give the asyncio drivers' endpoints on an asyncio loop and the anyio
+drivers' under trio (shm: its asyncio driver hands each wait to anyio). Both async ends in one
+loop: point-to-point through a small channel (both wait, in turn), a broadcast, and the roles the
+other way round. Timeouts, close and cancellation are in the contract suite
+(test_contract_*.py), which runs its async tests on the same three loops."""
 
 from __future__ import annotations
 
-import asyncio
-
 import anyio
-import pytest
 
 import transports as T
+from tests.transports.conftest import run_on
 from tests.transports.peers import check_message, make_message
 
 KiB = 1024
-BACKENDS = ["asyncio", "uvloop", "trio"]
-
-
-def run(backend: str, body) -> None:
-    async def bounded() -> None:
-        if backend == "uvloop":
-            assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
-        with anyio.fail_after(60):
-            await body()
-    if backend == "uvloop":
-        anyio.run(bounded, backend="asyncio", backend_options={"use_uvloop": True})
-    else:
-        anyio.run(bounded, backend=backend)
 
 
 def run_pair(transport: str, backend: str, body, capacity: int | None = None) -> None:
@@ -41,10 +28,9 @@ def run_pair(transport: str, backend: str, body, capacity: int | None = None) ->
                 r.close()
         finally:
             w.close()
-    run(backend, paired)
+    run_on(backend, paired, 60)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_ordering_under_backpressure(transport: str, backend: str) -> None:
     """A small ring: the writer waits for space, the reader for data, in both directions."""
     n = 3000
@@ -62,59 +48,6 @@ def test_ordering_under_backpressure(transport: str, backend: str) -> None:
     run_pair(transport, backend, body, capacity=64 * KiB)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_timeouts_then_still_usable_and_the_peer_end(transport: str, backend: str) -> None:
-    async def body(w: T.AsyncWriter, r: T.AsyncReader) -> None:
-        with pytest.raises(TimeoutError):
-            await r.recv(timeout=0.05)
-        sent = 0
-        with pytest.raises(TimeoutError):  # nobody reads: the writer runs out of room
-            while sent < 100_000:
-                await w.send(*make_message(sent, 1000), timeout=0.2)
-                sent += 1
-        assert 0 < sent < 100_000
-        for i in range(sent):
-            assert check_message(await r.recv(timeout=10), i, 1000)
-        w.close()
-        with pytest.raises(T.PeerClosedError):
-            await r.recv(timeout=10)
-
-    run_pair(transport, backend, body, capacity=64 * KiB)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_close_wakes_a_waiting_recv(transport: str, backend: str) -> None:
-    async def body(w: T.AsyncWriter, r: T.AsyncReader) -> None:
-        errors: list[BaseException] = []
-
-        async def waiting() -> None:
-            try:
-                await r.recv()
-            except BaseException as e:
-                errors.append(e)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(waiting)
-            await anyio.sleep(0.1)
-            r.close()
-        assert len(errors) == 1 and isinstance(errors[0], T.ChannelClosedError), errors
-
-    run_pair(transport, backend, body)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_cancelling_a_waiting_recv_leaves_the_reader_usable(transport: str, backend: str) -> None:
-    async def body(w: T.AsyncWriter, r: T.AsyncReader) -> None:
-        with anyio.move_on_after(0.05) as scope:
-            await r.recv()
-        assert scope.cancelled_caught
-        await w.send(b"after")
-        assert bytes((await r.recv(timeout=10)).header) == b"after"
-
-    run_pair(transport, backend, body)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_broadcast_reaches_every_rank(transport: str, backend: str) -> None:
     async def body() -> None:
         w = await T.open_async_broadcast_writer(transport, 2, capacity=64 * KiB)
@@ -139,7 +72,7 @@ def test_broadcast_reaches_every_rank(transport: str, backend: str) -> None:
             for r in readers:
                 r.close()
 
-    run(backend, body)
+    run_on(backend, body, 60)
 
 
 def test_a_connecting_writer_and_a_binding_reader_under_trio(transport: str) -> None:
@@ -157,4 +90,4 @@ def test_a_connecting_writer_and_a_binding_reader_under_trio(transport: str) -> 
         finally:
             r.close()
 
-    run("trio", body)
+    run_on("trio", body, 60)
