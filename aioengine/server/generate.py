@@ -48,7 +48,9 @@ from aioengine.server.responses import (
     usage,
 )
 from aioengine.server.structured_fields import with_structured_fields
-from aioengine.server.tools import ToolChatFormat, chat_inputs, plan_tools
+from aioengine.server.tool_prompts import chat_inputs
+from aioengine.server.tool_replies import ToolChatFormat
+from aioengine.server.tools import plan_tools
 from aioengine.server.unknown_fields import RequestDecoder, ignored_header
 
 logger = logging.getLogger(__name__)
