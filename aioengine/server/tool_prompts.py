@@ -9,15 +9,15 @@ from typing import Any
 from aioengine.server.protocol import ChatMessage
 from aioengine.server.responses import Json
 
-_NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
-                                 "additionalProperties": False}
+NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
+                                "additionalProperties": False}
 
 
-def _function_dict(fn: Any) -> Json:
+def function_dict(fn: Any) -> Json:
     out: Json = {"name": fn.name}
     if fn.description is not None:
         out["description"] = fn.description
-    out["parameters"] = fn.parameters if fn.parameters is not None else _NO_ARGUMENTS
+    out["parameters"] = fn.parameters if fn.parameters is not None else NO_ARGUMENTS
     return out
 
 
@@ -41,7 +41,7 @@ def tool_dicts(tools: list[Any] | None) -> list[Json] | None:
     """``tools`` as the template sees them (no checks: /tokenize only counts them)."""
     if not tools:
         return None
-    return [{"type": "function", "function": _function_dict(t.function)} for t in tools]
+    return [{"type": "function", "function": function_dict(t.function)} for t in tools]
 
 
 def template_messages(messages: list[ChatMessage], tools: list[Json] | None,

@@ -1,9 +1,11 @@
-"""JSON-schema rewrites for tool calls: objects closed to their declared parameters, and
-local ``$ref`` pointers rebased when a parameters schema moves under a call schema."""
+"""JSON schemas for tool calls: one schema for a whole call of any allowed function (local
+``$ref`` pointers rebased under it), and objects closed to their declared parameters."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from aioengine.server.responses import Json
 
 
 def closed_objects(schema: Any) -> Any:
@@ -49,3 +51,22 @@ def _rebase_refs(schema: Any, base: str) -> Any:
     if isinstance(ref, str) and ref.startswith("#"):
         out["$ref"] = base + ref[1:]
     return out
+
+
+def call_schema(names: list[str], schemas: dict[str, Json]) -> Json:
+    """One JSON schema for a whole call of any of ``names`` (keys of ``schemas``, the functions'
+    parameters): ``{"name": <const>, "arguments": <its parameters>}``. A parameters schema with
+    ``$ref`` pointers (nested pydantic models: ``#/$defs/Item``) moves under the root's
+    ``$defs`` with its pointers rewritten, so they still resolve there."""
+    defs: Json = {}
+    items = []
+    for k, name in enumerate(names):
+        args = schemas[name]
+        if _has_ref(args):
+            defs[f"tool{k}"] = _rebase_refs(args, f"#/$defs/tool{k}")
+            args = {"$ref": f"#/$defs/tool{k}"}
+        items.append({"type": "object",
+                      "properties": {"name": {"const": name}, "arguments": args},
+                      "required": ["name", "arguments"], "additionalProperties": False})
+    root: Json = items[0] if len(items) == 1 else {"anyOf": items}
+    return {**root, "$defs": defs} if defs else root

@@ -16,6 +16,10 @@ A chat template that does not mention ``tools`` (SmolLM2's, the tiny model's) ge
 format instead: the tools described in the system message, past calls written as
 ``<tool_call>`` blocks and tool results as ``<tool_response>`` user turns, the format the
 ``hermes`` parser reads.
+
+This module checks the request and keeps its plan; ``tool_schemas`` builds the call schema,
+``tool_prompts`` renders tools and calls for the template, ``tool_replies`` writes the calls
+into the reply.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from aioengine.server.errors import ApiError
 from aioengine.server.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice
 from aioengine.server.responses import Json
 from aioengine.server.tool_parsers import Parsed, StreamParser, get_parser
-from aioengine.server.tool_prompts import _NO_ARGUMENTS, _function_dict
-from aioengine.server.tool_schemas import _has_ref, _rebase_refs, closed_objects
+from aioengine.server.tool_prompts import NO_ARGUMENTS, function_dict
+from aioengine.server.tool_schemas import call_schema, closed_objects
 from aioengine.structured import GrammarError, check_spec
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -59,33 +63,15 @@ class ToolPlan:
     def parses(self) -> bool:
         return self.mode != "none"
 
-    def _call_schema(self) -> Json:
-        """One JSON schema for a whole call of any allowed function: ``{"name": <const>,
-        "arguments": <its parameters>}``. A parameters schema with ``$ref`` pointers (nested
-        pydantic models: ``#/$defs/Item``) moves under the root's ``$defs`` with its pointers
-        rewritten, so they still resolve there."""
-        names = [self.name] if self.mode == "named" else list(self.schemas)
-        defs: Json = {}
-        items = []
-        for k, name in enumerate(names):
-            args = self.schemas[name]
-            if _has_ref(args):
-                defs[f"tool{k}"] = _rebase_refs(args, f"#/$defs/tool{k}")
-                args = {"$ref": f"#/$defs/tool{k}"}
-            items.append({"type": "object",
-                          "properties": {"name": {"const": name}, "arguments": args},
-                          "required": ["name", "arguments"], "additionalProperties": False})
-        root: Json = items[0] if len(items) == 1 else {"anyOf": items}
-        return {**root, "$defs": defs} if defs else root
-
     @functools.cached_property
     def call_grammar(self) -> str | None:
         """For ``required`` and named choices: the calls in the parser's own format (the one
         the model was taught), one or (``required`` with ``parallel``) more."""
         if self.mode not in ("required", "named"):
             return None
+        names = [self.name] if self.mode == "named" and self.name else list(self.schemas)
         return get_parser(self.parser_name).call_grammar(
-            self._call_schema(), self.parallel and self.mode == "required")
+            call_schema(names, self.schemas), self.parallel and self.mode == "required")
 
     def grammar(self) -> StructuredOutputs | None:
         """The constraint for ``required`` and named choices; None for the others."""
@@ -158,7 +144,7 @@ def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
             raise ApiError(400, f"tools[{i}]: a second function named {fn.name!r}; names must "
                            "be unique", param=f"tools[{i}].function.name",
                            code="invalid_parameter")
-        schema = fn.parameters if fn.parameters is not None else _NO_ARGUMENTS
+        schema = fn.parameters if fn.parameters is not None else NO_ARGUMENTS
         try:
             check_spec(StructuredOutputs(json=schema))
         except (GrammarError, ValueError) as e:
@@ -166,7 +152,7 @@ def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
                            f"{e}", param=f"tools[{i}].function.parameters",
                            code="invalid_parameter") from e
         schemas[fn.name] = closed_objects(schema)
-        tools.append({"type": "function", "function": _function_dict(fn)})
+        tools.append({"type": "function", "function": function_dict(fn)})
     choice = req.tool_choice if req.tool_choice is not None else "auto"
     plan = ToolPlan(mode="auto", tools=tools, schemas=schemas, parser_name=parser_name,
                     parallel=req.parallel_tool_calls is not False)
