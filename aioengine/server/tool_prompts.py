@@ -53,7 +53,7 @@ def template_messages(messages: list[ChatMessage], tools: list[Json] | None,
         return [_hf_message(m) for m in messages]
     out: list[Json] = []
     for m in messages:
-        d = m.as_template_dict()
+        d: Json = m.as_template_dict()
         if m.role == "assistant" and m.tool_calls:
             blocks = [_hermes_call(c.function.name, c.function.arguments) for c in m.tool_calls]
             d["content"] = "\n".join(([d["content"]] if d["content"] else []) + blocks)

@@ -77,8 +77,8 @@ class ToolChatFormat(ChatFormat):
                 deltas.append({"tool_calls": [{"index": self._sent[index] - 1,
                                                "function": {"arguments": piece.arguments}}]})
         lp = self.logprobs(logprobs) if logprobs is not None else None
-        choices = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None}
-                   for d in deltas]
+        choices: list[Json] = [{"index": index, "delta": d, "logprobs": None,
+                                "finish_reason": None} for d in deltas]
         if lp is not None:
             if not choices:
                 choices.append({"index": index, "delta": {}, "logprobs": None,
