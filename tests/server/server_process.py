@@ -18,8 +18,8 @@ _LISTENING = re.compile(r"listening on (https?://[\d.]+:\d+)")
 
 
 class ServerProcess:
-    def __init__(self, *args: str, startup_timeout: float = 180.0) -> None:
-        cmd = [sys.executable, "-m", "aioengine.serve", "--model", "tiny", "--device", "cpu",
+    def __init__(self, *args: str, model: str = "tiny", startup_timeout: float = 180.0) -> None:
+        cmd = [sys.executable, "-m", "aioengine.serve", "--model", model, "--device", "cpu",
                "--port", "0", "--max-model-len", "256", "--num-kv-blocks", "256", *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
