@@ -13,6 +13,8 @@ import time
 
 import psutil
 
+from tests.runtime.leaks import wait_exited
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LISTENING = re.compile(r"listening on (https?://[\d.]+:\d+)")
 
@@ -57,7 +59,7 @@ class ServerProcess:
         return rc
 
     def assert_no_leftovers(self, timeout: float = 10.0) -> None:
-        _, alive = psutil.wait_procs(self.descendants, timeout=timeout)
+        alive = wait_exited(self.descendants, timeout)
         for p in alive:
             p.kill()
         assert not alive, f"processes left behind: {alive}"
