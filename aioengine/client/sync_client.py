@@ -6,6 +6,7 @@ blocking portal, so there is one implementation of streams, aborts and engine de
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Literal, TypeVar
@@ -26,6 +27,12 @@ from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 
 T = TypeVar("T")
+
+
+def in_trio_run() -> bool:
+    """True on a thread that runs a trio loop (trio is imported only if something has)."""
+    trio = sys.modules.get("trio")
+    return trio is not None and bool(trio.lowlevel.in_trio_run())
 
 
 class SyncMPClient:
@@ -52,6 +59,11 @@ class SyncMPClient:
                              f"needs backend='asyncio', got {backend!r}")
         if config is not None and isinstance(config, EngineConfig):
             check_transport(config.transport, backend)  # before a thread is started
+        if backend == "trio" and in_trio_run():
+            raise RuntimeError(
+                "SyncMPClient(backend='trio') blocks, and trio refuses blocking calls into its "
+                "loop from a thread that runs a trio loop itself: in a trio program use "
+                "AsyncMPClient, or this client from a worker thread (trio.to_thread.run_sync)")
         check_main_is_guarded()  # on the caller's thread, where the child can exit cleanly
         options = {"use_uvloop": use_uvloop} if backend == "asyncio" else {}
         self._loop_thread = PortalThread(options, backend)
