@@ -1,138 +1,22 @@
-"""The event-loop objects the client uses, chosen once per client in ``start()``: asyncio's own
-(today's objects on the hot path, unchanged), or trio's.
+"""Choosing the client's event-loop objects, once per client in ``start()``: asyncio's own
+(``asyncio_backend``: today's objects on the hot path, unchanged), or trio's (``trio_backend``,
+imported only under trio). What a backend provides: ``backend_types``.
 
-The client needs few things from its loop: an event per stream that the output task sets and the
-consumer clears (``Waker``), a future per utility call (``CallFuture``), a lock per channel,
-background tasks (the output task, the abort flush), a hop from a monitor thread onto the loop,
-and worker threads for blocking work. ``current_backend()`` asks sniffio which library runs the
-calling task (uvloop reports "asyncio"); asyncio gets ``AsyncioBackend``, which hands out the
-very objects the client used before (``asyncio.Event``, ``loop.create_future``, ...), so no
-per-token call goes through a layer. trio gets ``TrioBackend`` (``trio_backend``): trio is
-imported only then.
+``current_backend()`` asks sniffio which library runs the calling task (uvloop reports
+"asyncio"). ``check_transport()`` refuses, by name, a transport whose async endpoints have no
+driver for that library.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, TypeVar, cast
 
 import sniffio
 
-T = TypeVar("T")
+from aioengine.client.asyncio_backend import AsyncioBackend
+from aioengine.client.backend_types import Backend
 
 BACKENDS = ("asyncio", "trio")
-
-
-class Waker(Protocol):
-    """A stream's wake-up: set by the output task (or a death, an abort), cleared and waited on
-    by the stream's consumer."""
-
-    def set(self) -> None: ...
-    def clear(self) -> None: ...
-    def is_set(self) -> bool: ...
-    async def wait(self) -> object: ...
-
-
-class CallFuture(Protocol):
-    """A utility call's result slot: resolved by the output task (or a death)."""
-
-    def done(self) -> bool: ...
-    def set_result(self, result: Any, /) -> None: ...
-    def set_exception(self, exception: BaseException, /) -> None: ...
-
-
-class TaskHandle(Protocol):
-    """A background task the client started and cancels at shutdown."""
-
-    def cancel(self) -> object: ...
-    def add_done_callback(self, fn: Callable[[Any], object], /) -> None: ...
-
-
-class Backend(Protocol):
-    name: str
-
-    def event(self) -> Waker: ...
-    def future(self) -> CallFuture: ...
-    async def wait_future(self, fut: CallFuture, timeout: float) -> Any:
-        """The future's result; ``TimeoutError`` after ``timeout`` seconds."""
-    def lock(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
-    def spawn(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any,
-              name: str) -> TaskHandle: ...
-    async def cancel_and_wait(self, tasks: list[TaskHandle]) -> None: ...
-    def call_soon_threadsafe(self, fn: Callable[..., object], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop from another thread; nothing once the loop is gone."""
-    def is_current(self) -> bool:
-        """True when called from a task of this backend's own loop (or run)."""
-    def is_closed(self) -> bool:
-        """True once the loop (or trio run) has ended."""
-    async def to_thread(self, fn: Callable[..., T], *args: Any) -> T: ...
-    async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False
-                     ) -> list[Any]: ...
-    async def checkpoint(self) -> None: ...
-    def shielded(self) -> contextlib.AbstractContextManager[Any]:
-        """Cleanup that must run to its end even in a cancelled scope (trio's cancellation
-        is level-triggered: every await in a cancelled scope raises again)."""
-
-
-class AsyncioBackend:
-    """Today's asyncio objects, bound to the loop that started the client."""
-
-    name = "asyncio"
-    event = asyncio.Event
-    lock = asyncio.Lock
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-
-    def future(self) -> asyncio.Future[Any]:
-        return self.loop.create_future()
-
-    async def wait_future(self, fut: CallFuture, timeout: float) -> Any:
-        return await asyncio.wait_for(fut, timeout)  # type: ignore[arg-type]  # ours
-
-    def spawn(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any,
-              name: str) -> asyncio.Task[None]:
-        return self.loop.create_task(fn(*args), name=name)
-
-    async def cancel_and_wait(self, tasks: list[TaskHandle]) -> None:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*cast("list[asyncio.Task[None]]", tasks), return_exceptions=True)
-
-    async def to_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(fn, *args)
-
-    async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False
-                     ) -> list[Any]:
-        return await asyncio.gather(*aws, return_exceptions=return_exceptions)
-
-    def call_soon_threadsafe(self, fn: Callable[..., object], *args: Any) -> None:
-        if self.loop.is_closed():
-            return
-        try:
-            self.loop.call_soon_threadsafe(fn, *args)
-        except RuntimeError:
-            pass  # the loop closed in between; nothing is left to notify
-
-    def is_current(self) -> bool:
-        try:
-            return asyncio.get_running_loop() is self.loop
-        except RuntimeError:  # not on an asyncio loop (trio)
-            return False
-
-    def is_closed(self) -> bool:
-        return self.loop.is_closed()
-
-    async def checkpoint(self) -> None:
-        await asyncio.sleep(0)
-
-    def shielded(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()  # asyncio's cancellation is raised once
-
-    def __repr__(self) -> str:
-        return f"<asyncio backend on {self.loop!r}>"
 
 
 TRIO_TRANSPORTS = frozenset({"shm"})

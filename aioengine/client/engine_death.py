@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-from aioengine.client.backends import Backend, CallFuture, Waker
+from aioengine.client.backend_types import Backend, CallFuture, Waker
 from aioengine.client.request_stream import RequestStream
 from aioengine.runtime.errors import EngineDeadError
 

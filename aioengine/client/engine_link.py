@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from aioengine.client.backends import Backend, CallFuture, TaskHandle
+from aioengine.client.backend_types import Backend, CallFuture, TaskHandle
 from aioengine.client.dp.replicas import Replica
 from aioengine.client.dp.router import PrefixRouter
 from aioengine.client.engine_death import EngineDeath

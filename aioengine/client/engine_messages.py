@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from aioengine.client.backends import CallFuture
+from aioengine.client.backend_types import CallFuture
 from aioengine.client.engine_death import EngineDeath
 from aioengine.client.request_stream import RequestStream
 from aioengine.messages.engine_io import EngineFailure, EngineMessage, StepOutputs, UtilityResult

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from aioengine.client.backends import Backend
+from aioengine.client.backend_types import Backend
 from aioengine.config import EngineConfig
 from aioengine.hub import ResolvedModel, resolve_model
 from aioengine.messages.launch import DETOK_TARGET, ENGINE_TARGET, DetokLaunch, EngineLaunch

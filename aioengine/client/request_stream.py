@@ -3,7 +3,7 @@ the request's id on the wire, and the replica it was sent to."""
 
 from __future__ import annotations
 
-from aioengine.client.backends import Waker
+from aioengine.client.backend_types import Waker
 from aioengine.client.request_state import RequestState
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from aioengine.client.backends import CallFuture, TaskHandle
+from aioengine.client.backend_types import CallFuture, TaskHandle
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@ none is left running."""
 
 from __future__ import annotations
 
-from aioengine.client.backends import Backend
+from aioengine.client.asyncio_backend import AsyncioBackend
+from aioengine.client.backend_types import Backend
 from aioengine.client.dp.replicas import Replica, replica_config
 from aioengine.client.launch import EngineProcess, launch_engine
 from aioengine.config import EngineConfig
@@ -14,7 +15,6 @@ async def launch_replicas(config: EngineConfig, replicas: list[Replica],
                           backend: Backend) -> list[EngineProcess]:
     """Start every replica's engine at once; on any failure none is left running."""
     if config.distributed_backend == "ray":
-        from aioengine.client.backends import AsyncioBackend
         if not isinstance(backend, AsyncioBackend):
             raise EngineStartupError(
                 f"distributed_backend='ray' needs an asyncio event loop (Ray's handles are "

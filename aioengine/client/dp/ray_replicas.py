@@ -19,7 +19,7 @@ import asyncio
 import logging
 from typing import Any
 
-from aioengine.client.backends import AsyncioBackend
+from aioengine.client.asyncio_backend import AsyncioBackend
 from aioengine.client.dp.replicas import Replica, replica_transport
 from aioengine.client.launch import (
     ENGINE_NAME,

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from aioengine.client.backends import Backend, CallFuture
+from aioengine.client.backend_types import Backend, CallFuture
 from aioengine.client.dp.router import ReplicaLoad
 from aioengine.client.engine_death import EngineDeath
 from aioengine.client.engine_messages import EngineMessageRouter
