@@ -4,12 +4,13 @@ imported only under trio). What a backend provides: ``backend_types``.
 
 ``current_backend()`` asks sniffio which library runs the calling task (uvloop reports
 "asyncio"). ``check_transport()`` refuses, by name, a transport whose async endpoints have no
-driver for that library.
+driver for that library (``has_driver``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 
 import sniffio
 
@@ -19,26 +20,24 @@ from aioengine.client.backend_types import Backend
 BACKENDS = ("asyncio", "trio")
 
 
-TRIO_TRANSPORTS = frozenset({"shm"})
-"""Transports whose async endpoints run under trio (shm: ``transports/shm/anyio_driver``).
-When ``transports.factory`` offers ``async_backends(url)`` (the names of the event-loop
-libraries a transport's async endpoints run on), it is asked instead."""
+def has_driver(kind: str, backend: str) -> bool:
+    """True when transport ``kind``'s async endpoints run on ``backend``: every transport on
+    asyncio; under trio, one with an anyio driver (``transports/<kind>/anyio_driver.py``: the
+    factory's ``open_async_*`` hand it out when no asyncio loop runs)."""
+    if backend == "asyncio":
+        return True
+    return importlib.util.find_spec(f"transports.{kind}.anyio_driver") is not None
 
 
 def check_transport(transport: str, backend: str) -> None:
     """``ValueError`` naming the transport when its async endpoints cannot run on ``backend``
-    (today: zmq and uds under trio, until they have trio drivers)."""
-    if backend == "asyncio":
-        return
-    from transports import factory
-    ask = getattr(factory, "async_backends", None)
+    (a transport without a trio driver, under trio)."""
     kind = transport.partition("://")[0].partition("+")[0]
-    supported = backend in ask(transport) if ask is not None else kind in TRIO_TRANSPORTS
-    if not supported:
+    if not has_driver(kind, backend):
         raise ValueError(
             f"transport {transport!r} has no {backend} driver yet: under {backend} the client "
-            f"needs transport='shm' (EngineConfig(transport='shm'), the default), or run it "
-            f"under asyncio")
+            f"needs a transport that has one (transport='shm', the default), or run it under "
+            f"asyncio")
 
 
 def current_backend() -> Backend:

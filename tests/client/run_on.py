@@ -7,13 +7,17 @@ from typing import Any, TypeVar
 
 import anyio
 
+from aioengine.client.backends import has_driver
+
 T = TypeVar("T")
 
-# (transport, backend) pairs the client tests run on: every transport on asyncio, and the ones
-# with a trio driver on trio.
-CLIENT_CASES = [("shm", "asyncio"), ("zmq", "asyncio"), ("uds", "asyncio"), ("shm", "trio")]
-CASE_IDS = ["shm", "zmq", "uds", "shm-trio"]
 BACKENDS = ["asyncio", "trio"]
+TRANSPORTS = ["shm", "zmq", "uds"]
+# (transport, backend) pairs the client tests run on: every transport on asyncio, and every one
+# with a trio driver (transports/<kind>/anyio_driver.py) on trio.
+CLIENT_CASES = [(t, "asyncio") for t in TRANSPORTS] + [
+    (t, "trio") for t in TRANSPORTS if has_driver(t, "trio")]
+CASE_IDS = [t if b == "asyncio" else f"{t}-{b}" for t, b in CLIENT_CASES]
 
 
 async def gather(*fns: Callable[[], Awaitable[T]]) -> list[T]:
