@@ -14,7 +14,8 @@ to that type, and takes GGUF blocks already of that type unchanged.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,8 @@ QUANTIZATION_MODES = ("gguf", *QTYPES)
 # scripts/bench_quant_gemv.py --small-m (docs/quantization.md): with int16 activations the
 # kernel is faster up to M=8 and even at 16 (Q4_1 539 vs 482 us, Q8_0 426 vs 517 us).
 SGEMM_MIN_ROWS = 16
+X8_ENV = "AIOENGINE_QUANT_X8"
+"""``0`` in the environment: ``QuantPolicy.x8`` defaults to False (the peers bench's --no-x8)."""
 _INT8_TYPES = ("q8_0", "q4_0", "q4_1")
 
 
@@ -55,10 +58,10 @@ class QuantPolicy:
     """``float32``, ``int16`` or ``int8`` (``kernel.ACTIVATIONS``); int8 applies to
     q8_0/q4_0/q4_1 segments (other types use int16)."""
     sgemm_min_rows: int = SGEMM_MIN_ROWS
-    x8: bool = True
+    x8: bool = field(default_factory=lambda: os.environ.get(X8_ENV, "1") != "0")
     """Keep Q4_0/Q4_1/Q8_0 weights in the interleaved x8 layout (8 rows' blocks side by side,
     made on first use) when the activations are int16: the GEMV's fast path. False: the file's
-    row layout (A/B comparisons)."""
+    row layout (A/B comparisons); the default is False where ``AIOENGINE_QUANT_X8=0``."""
 
     def __post_init__(self) -> None:
         if self.mode not in QUANTIZATION_MODES:
