@@ -28,6 +28,7 @@ from aioengine.worker.attention.cpu_kernel import select_decode_kernel
 from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, max_context_len
 from aioengine.worker.kv_cache import allocate_kv_cache, kv_cache_dtype
 from aioengine.worker.loader import load_model
+from aioengine.worker.memory import HeapTrimmer
 from aioengine.worker.sampler import Sampler
 from aioengine.worker.sampler_state import SequenceState
 from aioengine.worker.threads import apply_thread_policy, usable_cpus
@@ -81,6 +82,8 @@ class ModelRunner:
         self.kv_caches: list[torch.Tensor] = []
         self.num_kv_blocks = 0
         self.memory_profile: MemoryProfile | None = None
+        # CPU: hand a prefill's freed temporaries back to the system (see worker.memory)
+        self.heap_trimmer = HeapTrimmer() if self.device.type == "cpu" else None
 
     def _largest_weight(self) -> torch.Tensor | None:
         """The largest float matrix (None when every one is kept quantized)."""
@@ -184,6 +187,8 @@ class ModelRunner:
                                         window_only=self.spec.all_layers_windowed)
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
         hidden = self.model(ids, meta.positions, meta, self.kv_caches)
+        if self.heap_trimmer is not None and len(input_ids) > len(chunks):
+            self.heap_trimmer.after_step(len(input_ids) - len(chunks))
         if not sample_rows:
             return StepResult(step.step_id, [])
         last = meta.last_token_index
