@@ -1,11 +1,11 @@
-"""The ``transports`` library in a trio program: a shared-memory channel from a worker process
-(a plain blocking writer) to an async reader on trio's event loop.
+"""The ``transports`` library in a trio program: a channel from a worker process (a plain
+blocking writer) to an async reader on trio's event loop.
 
-    python examples/transports_under_trio.py [COUNT]
+    python examples/transports_under_trio.py [COUNT] [TRANSPORT]
 
-The async shm endpoints wait on asyncio's loop when one runs and through anyio otherwise, so the
-same code runs under ``anyio.run(main, backend="asyncio")`` too. (The engine's client itself is
-asyncio-only for now.)
+TRANSPORT is shm (the default), uds or zmq. ``open_async_*`` give endpoints that wait on
+asyncio's loop when one runs and through anyio otherwise, so the same code runs under
+``anyio.run(main, backend="asyncio")`` too.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ def produce(address: str, count: int) -> None:
             writer.send(b"message %d" % i, [bytes(1000)])  # a header and one out-of-band buffer
 
 
-async def main(count: int) -> None:
-    reader = await T.open_async_reader("shm", bind=True)  # a private address; the writer connects
+async def main(count: int, transport: str) -> None:
+    reader = await T.open_async_reader(transport, bind=True)  # a private address; the writer
+    # connects to it
     worker = multiprocessing.get_context("spawn").Process(target=produce,
                                                           args=(reader.address, count))
     worker.start()
@@ -47,4 +48,5 @@ async def main(count: int) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 1000, backend="trio")
+    anyio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 1000,
+              sys.argv[2] if len(sys.argv) > 2 else "shm", backend="trio")

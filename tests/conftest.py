@@ -22,7 +22,7 @@ settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "tests.smollm2"]
 
 TEST_CACHE = "/tmp/aioengine-test-cache"
 _LONG_LIVED = pytest.StashKey[set[psutil.Process]]()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from tests.runtime.leaks import wait_exited
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -74,7 +76,7 @@ def interrupt_program(cmd: Sequence[str], when: float | str, *, group: bool = Tr
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
         reader.join(10)
-    _, alive = psutil.wait_procs(list(seen.values()), timeout=10)
+    alive = wait_exited(seen.values(), 10)
     for p in alive:
         p.kill()
     assert not alive, f"processes left behind: {alive}\n" + "\n".join(lines)

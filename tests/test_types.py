@@ -1,5 +1,5 @@
 """The type checker is part of the test command: mypy, strict on transports/, messages/,
-runtime/ and client/ (the configuration is ``[tool.mypy]`` in pyproject.toml)."""
+runtime/, client/ and server/ (the configuration is ``[tool.mypy]`` in pyproject.toml)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ blocked in poll(2) on the endpoint's socket returns at once and raises ``Channel
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 
 
@@ -34,3 +35,31 @@ class Wakeup:
 def _close_both(r: int, w: int) -> None:  # pragma: no cover - non-Linux fallback
     os.close(r)
     os.close(w)
+
+
+class BlockingClose:
+    """``close()`` of a blocking endpoint, from any thread: wake its waiter (``_wake``), wait
+    for the operation in flight to leave (``_lock``), then ``_release`` exactly once."""
+
+    _closing: bool
+    _closed: bool
+    _wake: Wakeup
+    _lock: threading.Lock
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._before_close()
+        self._closing = True
+        self._wake.signal()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._release()
+
+    def _before_close(self) -> None:
+        """What may still finish first (a background flush's linger)."""
+
+    def _release(self) -> None:
+        raise NotImplementedError

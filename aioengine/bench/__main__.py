@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     # The options every suite reads are BenchOptions fields: help from their docstrings.
     add_field_args(p, BenchOptions, exclude=("only",),
                    metavars={"model": "M", "rate": "R", "endpoint": "URL", "threads": "N",
-                             "llama_cpp": "DIR"})
+                             "llama_cpp": "DIR", "quants": "Q"})
     p.add_argument("--only", default="", metavar="A,B",
                    help=field_help(BenchOptions, "only") + " (default: every name)")
     p.add_argument("--json", metavar="FILE", help="write results, machine and config as JSON")

@@ -24,7 +24,8 @@ class BenchOptions:
     progress: bool = True
     """Progress bars on stderr while suites run."""
     rate: float | None = None
-    """serve: one request rate in requests/s instead of the default sweep (quick: 4)."""
+    """serve, peers: one request rate in requests/s instead of the default sweep (serve
+    quick: 4)."""
     endpoint: str | None = None
     """serve: an OpenAI-compatible server's base URL (e.g. http://127.0.0.1:8000) instead of
     an in-process AsyncMPClient."""
@@ -41,6 +42,13 @@ class BenchOptions:
     quantization: Quantization | None = None
     """peers: our engine keeps weights quantized (EngineConfig.quantization, e.g. gguf: the
     file's own blocks) instead of dequantizing them at load."""
+    quants: tuple[str, ...] = ()
+    """peers: the file types to compare on, e.g. f32,q8_0,q4_1,q4_k_m: the --model file where
+    it is that type, the others made from it once with llama.cpp's llama-quantize (cached next
+    to the build). Default: the --model file alone."""
+    x8: bool = True
+    """peers: our quantized weights in the interleaved x8 layout (the default); --no-x8 keeps
+    the file's row layout (AIOENGINE_QUANT_X8=0), for A/B."""
     data_parallel_size: int = 1
     """offline, serve: run our engine as N replicas behind one client
     (EngineConfig.data_parallel_size)."""
@@ -54,6 +62,10 @@ class BenchOptions:
         if not isinstance(self.data_parallel_size, int) or self.data_parallel_size < 1:
             raise ValueError("--data-parallel-size must be a positive whole number, got "
                              f"{self.data_parallel_size}")
+        if self.quants:
+            from aioengine.bench.peers.llama_cpp import parse_quants
+
+            parse_quants(self.quants)  # ValueError naming an unknown type
         if self.endpoint is not None:
             parts = urlsplit(self.endpoint)
             if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -14,7 +14,7 @@ def enable_cors(app: web.Application, origins: Sequence[str], methods: Sequence[
     """Allow ``origins`` (``*``: any) to call every route of ``app`` (add routes first)."""
     import aiohttp_cors
 
-    options = aiohttp_cors.ResourceOptions(
+    options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]  # not annotated
         allow_credentials=credentials, expose_headers="*",
         allow_headers=tuple(headers) if headers and "*" not in headers else "*",
         allow_methods=tuple(methods) if methods and "*" not in methods else "*")

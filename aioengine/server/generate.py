@@ -14,13 +14,13 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError
+from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError, SamplingParams
 from aioengine.server.body import read_body
 from aioengine.server.choices import ABORTED, ChoiceRunner
 from aioengine.server.disconnect import DisconnectWatcher
@@ -44,11 +44,14 @@ from aioengine.server.responses import (
     ChatFormat,
     ChoiceState,
     CompletionFormat,
+    Logprobs,
     TokenText,
     usage,
 )
 from aioengine.server.structured_fields import with_structured_fields
-from aioengine.server.tools import ToolChatFormat, chat_inputs, plan_tools
+from aioengine.server.tool_prompts import chat_inputs
+from aioengine.server.tool_replies import ToolChatFormat
+from aioengine.server.tools import plan_tools
 from aioengine.server.unknown_fields import RequestDecoder, ignored_header
 
 logger = logging.getLogger(__name__)
@@ -143,7 +146,7 @@ class GenerateHandlers:
             self.check_model(req.model)
             params = completion_params(req)
             params = with_structured_fields(params, req, self._tokenizer.vocab_size)
-            prompts = completion_prompts(req)
+            prompts: Sequence[str | list[int]] = completion_prompts(req)
             if len(prompts) > 1:  # check them all first: a bad one must not leave others running
                 prompts = await self._prepare_all(prompts, params)
         except ApiError:
@@ -160,7 +163,8 @@ class GenerateHandlers:
                                params.logprobs is not None, choices=len(prompts) * n,
                                headers=ignored_header(ignored))
 
-    async def _prepare_all(self, prompts: list[Any], params: Any) -> list[list[int]]:
+    async def _prepare_all(self, prompts: Sequence[str | list[int]], params: SamplingParams
+                           ) -> list[list[int]]:
         """Tokenize and check every prompt of a batch (off the loop: there may be many); a bad
         one is a 400 naming it, before any reaches the engine."""
         def prepare() -> list[list[int]]:
@@ -362,6 +366,7 @@ async def _stream(request: web.Request, events: AsyncIterator[tuple[int, Any]],
         if isinstance(fmt, ChatFormat):
             for s in states:
                 await send(fmt.chunk([fmt.role_choice(s.index)], include_usage))
+        logprobs: Logprobs
         try:
             async for index, out in events:
                 state = states[index]

@@ -67,7 +67,7 @@ def _type(schema: dict[str, Any]) -> str:
         return " \\| ".join(f"`{v!r}`".replace("'", '"') for v in schema["enum"])
     if "const" in schema:
         return f"`\"{schema['const']}\"`"
-    kind = schema.get("type", "any")
+    kind = str(schema.get("type", "any"))
     if kind == "array":
         kind = f"array of {_type(schema.get('items', {}))}"
     bounds = [f"{sign} {schema[key]}" for key, sign in (

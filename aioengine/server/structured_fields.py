@@ -16,6 +16,8 @@ regex or grammar that does not compile is a 400 before the engine sees the reque
 
 from __future__ import annotations
 
+from typing import Any
+
 from msgspec.structs import replace
 
 from aioengine import SamplingParams
@@ -91,7 +93,7 @@ def _from_vllm(so: StructuredOutputsField) -> StructuredOutputs:
     return _build(given, "structured_outputs")
 
 
-def _build(fields: dict, param: str) -> StructuredOutputs:
+def _build(fields: dict[str, Any], param: str) -> StructuredOutputs:
     try:
         spec = StructuredOutputs(**fields)
     except ValueError as e:

@@ -15,7 +15,8 @@ from aioengine.server.body import decode, read_body
 from aioengine.server.errors import ApiError
 from aioengine.server.params import check_messages
 from aioengine.server.protocol import ChatMessage, ToolDef
-from aioengine.server.tools import chat_inputs, check_tool_history, tool_dicts
+from aioengine.server.tool_prompts import chat_inputs, tool_dicts
+from aioengine.server.tools import check_tool_history
 
 _LONG = 16384  # chars: longer texts are tokenized in a thread, off the event loop
 

@@ -16,6 +16,10 @@ A chat template that does not mention ``tools`` (SmolLM2's, the tiny model's) ge
 format instead: the tools described in the system message, past calls written as
 ``<tool_call>`` blocks and tool results as ``<tool_response>`` user turns, the format the
 ``hermes`` parser reads.
+
+This module checks the request and keeps its plan; ``tool_schemas`` builds the call schema,
+``tool_prompts`` renders tools and calls for the template, ``tool_replies`` writes the calls
+into the reply.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,25 +39,13 @@ from aioengine import SamplingParams
 from aioengine.messages.sampling_params import StructuredOutputs
 from aioengine.server.errors import ApiError
 from aioengine.server.protocol import ChatCompletionRequest, ChatMessage, NamedToolChoice
-from aioengine.server.responses import (
-    ChatFormat,
-    ChoiceState,
-    Json,
-    Logprobs,
-    TokenBytes,
-    TokenText,
-)
-from aioengine.server.tool_parsers import (
-    CallDelta,
-    Parsed,
-    StreamParser,
-    get_parser,
-)
+from aioengine.server.responses import Json
+from aioengine.server.tool_parsers import Parsed, StreamParser, get_parser
+from aioengine.server.tool_prompts import NO_ARGUMENTS, function_dict
+from aioengine.server.tool_schemas import call_schema, closed_objects
 from aioengine.structured import GrammarError, check_spec
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
-                                 "additionalProperties": False}
 
 
 @dataclass
@@ -72,33 +63,15 @@ class ToolPlan:
     def parses(self) -> bool:
         return self.mode != "none"
 
-    def _call_schema(self) -> Json:
-        """One JSON schema for a whole call of any allowed function: ``{"name": <const>,
-        "arguments": <its parameters>}``. A parameters schema with ``$ref`` pointers (nested
-        pydantic models: ``#/$defs/Item``) moves under the root's ``$defs`` with its pointers
-        rewritten, so they still resolve there."""
-        names = [self.name] if self.mode == "named" else list(self.schemas)
-        defs: Json = {}
-        items = []
-        for k, name in enumerate(names):
-            args = self.schemas[name]
-            if _has_ref(args):
-                defs[f"tool{k}"] = _rebase_refs(args, f"#/$defs/tool{k}")
-                args = {"$ref": f"#/$defs/tool{k}"}
-            items.append({"type": "object",
-                          "properties": {"name": {"const": name}, "arguments": args},
-                          "required": ["name", "arguments"], "additionalProperties": False})
-        root: Json = items[0] if len(items) == 1 else {"anyOf": items}
-        return {**root, "$defs": defs} if defs else root
-
     @functools.cached_property
     def call_grammar(self) -> str | None:
         """For ``required`` and named choices: the calls in the parser's own format (the one
         the model was taught), one or (``required`` with ``parallel``) more."""
         if self.mode not in ("required", "named"):
             return None
+        names = [self.name] if self.mode == "named" and self.name else list(self.schemas)
         return get_parser(self.parser_name).call_grammar(
-            self._call_schema(), self.parallel and self.mode == "required")
+            call_schema(names, self.schemas), self.parallel and self.mode == "required")
 
     def grammar(self) -> StructuredOutputs | None:
         """The constraint for ``required`` and named choices; None for the others."""
@@ -171,7 +144,7 @@ def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
             raise ApiError(400, f"tools[{i}]: a second function named {fn.name!r}; names must "
                            "be unique", param=f"tools[{i}].function.name",
                            code="invalid_parameter")
-        schema = fn.parameters if fn.parameters is not None else _NO_ARGUMENTS
+        schema = fn.parameters if fn.parameters is not None else NO_ARGUMENTS
         try:
             check_spec(StructuredOutputs(json=schema))
         except (GrammarError, ValueError) as e:
@@ -179,7 +152,7 @@ def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
                            f"{e}", param=f"tools[{i}].function.parameters",
                            code="invalid_parameter") from e
         schemas[fn.name] = closed_objects(schema)
-        tools.append({"type": "function", "function": _function_dict(fn)})
+        tools.append({"type": "function", "function": function_dict(fn)})
     choice = req.tool_choice if req.tool_choice is not None else "auto"
     plan = ToolPlan(mode="auto", tools=tools, schemas=schemas, parser_name=parser_name,
                     parallel=req.parallel_tool_calls is not False)
@@ -201,61 +174,8 @@ def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
     return plan
 
 
-def closed_objects(schema: Any) -> Any:
-    """``schema`` with ``additionalProperties: false`` on every object schema that lists its
-    ``properties`` and says nothing of others: a call's arguments are the declared parameters
-    (OpenAI's strict mode requires it; without it a grammar lets a weak model invent keys
-    until ``max_tokens``). ``allOf`` members are left open: closing them would conflict."""
-    if isinstance(schema, list):
-        return [closed_objects(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {}
-    for key, value in schema.items():
-        if key in ("properties", "$defs", "definitions", "patternProperties"):
-            out[key] = ({k: closed_objects(v) for k, v in value.items()}
-                        if isinstance(value, dict) else value)
-        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties"):
-            out[key] = closed_objects(value)
-        else:
-            out[key] = value
-    if "properties" in out and "additionalProperties" not in out \
-            and "patternProperties" not in out:
-        out["additionalProperties"] = False
-    return out
-
-
-def _has_ref(schema: Any) -> bool:
-    if isinstance(schema, dict):
-        return "$ref" in schema or any(_has_ref(v) for v in schema.values())
-    if isinstance(schema, list):
-        return any(_has_ref(v) for v in schema)
-    return False
-
-
-def _rebase_refs(schema: Any, base: str) -> Any:
-    """Local pointers (``#...``) made relative to ``base`` instead of the document root."""
-    if isinstance(schema, list):
-        return [_rebase_refs(v, base) for v in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _rebase_refs(v, base) for k, v in schema.items()}
-    ref = out.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#"):
-        out["$ref"] = base + ref[1:]
-    return out
-
-
 def _choice_text(choice: Any) -> str:
     return repr(choice) if isinstance(choice, str) else f"{{function: {choice.function.name}}}"
-
-
-def _function_dict(fn: Any) -> Json:
-    out: Json = {"name": fn.name}
-    if fn.description is not None:
-        out["description"] = fn.description
-    out["parameters"] = fn.parameters if fn.parameters is not None else _NO_ARGUMENTS
-    return out
 
 
 def check_tool_history(messages: list[ChatMessage]) -> None:
@@ -302,88 +222,6 @@ def _arguments_object(text: str, where: str) -> dict[str, Any]:
     return value
 
 
-def template_knows_tools(source: str | None) -> bool:
-    return source is not None and "tools" in source
-
-
-def chat_inputs(messages: list[ChatMessage], tools: list[Json] | None, tokenizer: Any, *,
-                may_call: bool = True) -> tuple[list[Json], dict[str, Any]]:
-    """The template's messages and its extra arguments (``tools`` when it renders them). With
-    ``may_call`` false (``tool_choice: "none"``) a template without tools is not given the
-    Hermes instructions to call them; a tool-aware one still sees the tools, as vLLM does."""
-    template = getattr(tokenizer, "chat_template", None)
-    knows = template_knows_tools(getattr(template, "source", None))
-    described = tools if knows or may_call else None
-    return template_messages(messages, described, knows), ({"tools": tools} if tools and knows
-                                                           else {})
-
-
-def tool_dicts(tools: list[Any] | None) -> list[Json] | None:
-    """``tools`` as the template sees them (no checks: /tokenize only counts them)."""
-    if not tools:
-        return None
-    return [{"type": "function", "function": _function_dict(t.function)} for t in tools]
-
-
-def template_messages(messages: list[ChatMessage], tools: list[Json] | None,
-                      knows_tools: bool) -> list[Json]:
-    """The conversation as chat-template dicts. A tool-aware template gets Hugging Face's
-    shape (``tool_calls`` with arguments as dicts, ``tool`` messages with ``tool_call_id``);
-    any other the Hermes format written into plain messages."""
-    if knows_tools:
-        return [_hf_message(m) for m in messages]
-    out: list[Json] = []
-    for m in messages:
-        d = m.as_template_dict()
-        if m.role == "assistant" and m.tool_calls:
-            blocks = [_hermes_call(c.function.name, c.function.arguments) for c in m.tool_calls]
-            d["content"] = "\n".join(([d["content"]] if d["content"] else []) + blocks)
-        elif m.role == "tool":
-            block = f"<tool_response>\n{d['content']}\n</tool_response>"
-            if out and out[-1].get("_tool_results"):
-                out[-1]["content"] += "\n" + block
-                continue
-            d = {"role": "user", "content": block, "_tool_results": True}
-        out.append(d)
-    for d in out:
-        d.pop("_tool_results", None)
-    if tools:
-        prompt = hermes_system_prompt(tools)
-        if out and out[0]["role"] in ("system", "developer"):
-            out[0]["content"] = (out[0]["content"] + "\n\n" + prompt).strip()
-        else:
-            out.insert(0, {"role": "system", "content": prompt})
-    return out
-
-
-def _hf_message(m: ChatMessage) -> Json:
-    d: Json = m.as_template_dict()
-    if m.role == "assistant" and m.tool_calls:
-        d["tool_calls"] = [{"id": c.id, "type": "function",
-                            "function": {"name": c.function.name,
-                                         "arguments": json.loads(c.function.arguments)}}
-                           for c in m.tool_calls]
-    if m.role == "tool":
-        d["tool_call_id"] = m.tool_call_id
-    return d
-
-
-def _hermes_call(name: str, arguments: str) -> str:
-    call = {"name": name, "arguments": json.loads(arguments)}
-    return f"<tool_call>\n{json.dumps(call, ensure_ascii=False)}\n</tool_call>"
-
-
-def hermes_system_prompt(tools: list[Json]) -> str:
-    """Qwen2.5's tool prompt (the Hermes format), for templates that do not render tools."""
-    lines = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            "You are provided with function signatures within <tools></tools> XML tags:\n"
-            f"<tools>\n{lines}\n</tools>\n\n"
-            "For each function call, return a json object with function name and arguments "
-            "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
-
-
 class _OnlyFirst(StreamParser):
     """``parallel_tool_calls: false`` in auto mode: calls after the first are dropped."""
 
@@ -405,89 +243,3 @@ class _OnlyFirst(StreamParser):
 
     def finish(self) -> Parsed:
         return self._cut(self._inner.finish())
-
-
-# -- responses ---------------------------------------------------------------------------
-
-
-def call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
-
-
-def _finish_reason(finish: str | None, has_calls: bool) -> str | None:
-    return "tool_calls" if has_calls and finish == "stop" else finish
-
-
-class ToolChatFormat(ChatFormat):
-    """``ChatFormat`` whose replies carry ``tool_calls``: whole, or as stream deltas (a call's
-    id, type and name first, then its arguments) that the openai SDK reassembles."""
-
-    def __init__(self, model: str, token_text: TokenText, token_bytes: TokenBytes,
-                 plan: ToolPlan) -> None:
-        super().__init__(model, token_text, token_bytes)
-        self.plan = plan
-        self._streams: dict[int, StreamParser] = {}
-        self._sent: dict[int, int] = {}  # choice -> calls started so far
-
-    def full_choice(self, state: ChoiceState) -> Json:
-        choice = super().full_choice(state)
-        if not self.plan.parses:
-            return choice
-        parsed = self.plan.extract(state.text)
-        message = choice["message"]
-        if parsed.calls:
-            # Under a grammar any text left is a call cut off by max_tokens: not content.
-            message["content"] = (parsed.content or None) if self.plan.mode == "auto" else None
-            message["tool_calls"] = [
-                {"id": call_id(), "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
-        choice["finish_reason"] = _finish_reason(state.finish_reason, bool(parsed.calls))
-        return choice
-
-    def delta_choices(self, index: int, text: str, logprobs: Logprobs | None,
-                      finish_reason: str | None) -> list[Json]:
-        if not self.plan.parses:
-            return super().delta_choices(index, text, logprobs, finish_reason)
-        parser = self._streams.get(index)
-        if parser is None:
-            parser = self._streams[index] = self.plan.stream_parser()
-            self._sent[index] = 0
-        parsed = parser.feed(text) if text else Parsed()
-        if finish_reason is not None:
-            parsed.add(parser.finish())
-        deltas: list[Json] = []
-        # Under a grammar text is a call cut off by max_tokens: content only when no call
-        # was started (as in the whole reply).
-        if parsed.content and (self.plan.mode == "auto" or not self._sent[index]):
-            deltas.append({"content": parsed.content})
-        pieces = parsed.deltas if parsed.deltas is not None else [
-            d for c in parsed.calls or []
-            for d in (CallDelta(-1, c.name, ""), CallDelta(-1, None, c.arguments))]
-        for piece in pieces:
-            if piece.name is not None:
-                self._sent[index] += 1
-                deltas.append({"tool_calls": [self._header(self._sent[index] - 1, piece.name)]})
-            elif piece.arguments:
-                deltas.append({"tool_calls": [{"index": self._sent[index] - 1,
-                                               "function": {"arguments": piece.arguments}}]})
-        lp = self.logprobs(logprobs) if logprobs is not None else None
-        choices = [{"index": index, "delta": d, "logprobs": None, "finish_reason": None}
-                   for d in deltas]
-        if lp is not None:
-            if not choices:
-                choices.append({"index": index, "delta": {}, "logprobs": None,
-                                "finish_reason": None})
-            choices[0]["logprobs"] = lp
-        if finish_reason is not None:
-            end = _finish_reason(finish_reason, self._sent[index] > 0)
-            if choices:
-                choices[-1]["finish_reason"] = end
-            else:
-                choices.append({"index": index, "delta": {}, "logprobs": None,
-                                "finish_reason": end})
-        return choices
-
-    @staticmethod
-    def _header(n: int, name: str) -> Json:
-        return {"index": n, "id": call_id(), "type": "function",
-                "function": {"name": name, "arguments": ""}}

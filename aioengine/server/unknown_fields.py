@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -96,7 +96,7 @@ def known_fields(struct: type) -> frozenset[str]:
     return frozenset(f.encode_name for f in msgspec.structs.fields(struct))
 
 
-class RequestDecoder:
+class RequestDecoder(Generic[T]):
     """Decode one endpoint's body into ``struct``; ``decode`` returns the request and the names
     of the fields it ignored."""
 

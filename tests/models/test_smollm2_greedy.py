@@ -11,7 +11,8 @@ import pytest
 from aioengine import LLM, AsyncMPClient, EngineConfig, SamplingParams
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.hub import ResolvedModel, read_model_info
-from tests.models.conftest import NEW_TOKENS, PROMPTS, SMOLLM2
+from tests.models.conftest import NEW_TOKENS, PROMPTS
+from tests.smollm2 import SMOLLM2
 
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0)
 

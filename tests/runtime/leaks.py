@@ -49,6 +49,25 @@ def _alive_unexpected(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
     return out
 
 
+def wait_exited(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` s for ``procs`` to exit; return those still running. A zombie has
+    exited: an orphan one (a server's resource tracker once the server is gone) waits for PID 1
+    to reap it, which on this box takes up to ~2 s, and ``psutil.wait_procs`` waited for that
+    at every server stop."""
+    deadline = time.monotonic() + timeout
+    procs = list(procs)
+    while (running := [p for p in procs if _running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return running
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _describe(proc: psutil.Process) -> str:
     try:
         return f"pid {proc.pid} {proc.name()!r}: {' '.join(proc.cmdline())[:160]}"

@@ -7,20 +7,28 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from aioengine.server import ServerSettings, create_app
 
 
 @asynccontextmanager
-async def app_server(client: Any, settings: ServerSettings | None = None
-                     ) -> AsyncIterator[TestServer]:
-    srv = TestServer(create_app(client, settings), host="127.0.0.1")
+async def serve_app(app: web.Application) -> AsyncIterator[TestServer]:
+    """``app`` on a loopback ``TestServer``."""
+    srv = TestServer(app, host="127.0.0.1")
     await srv.start_server()
     try:
         yield srv
     finally:
         await srv.close()
+
+
+@asynccontextmanager
+async def app_server(client: Any, settings: ServerSettings | None = None
+                     ) -> AsyncIterator[TestServer]:
+    async with serve_app(create_app(client, settings)) as srv:
+        yield srv
 
 
 @asynccontextmanager

@@ -13,13 +13,15 @@ import time
 
 import psutil
 
+from tests.runtime.leaks import wait_exited
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LISTENING = re.compile(r"listening on (https?://[\d.]+:\d+)")
 
 
 class ServerProcess:
-    def __init__(self, *args: str, startup_timeout: float = 180.0) -> None:
-        cmd = [sys.executable, "-m", "aioengine.serve", "--model", "tiny", "--device", "cpu",
+    def __init__(self, *args: str, model: str = "tiny", startup_timeout: float = 180.0) -> None:
+        cmd = [sys.executable, "-m", "aioengine.serve", "--model", model, "--device", "cpu",
                "--port", "0", "--max-model-len", "256", "--num-kv-blocks", "256", *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
@@ -57,7 +59,7 @@ class ServerProcess:
         return rc
 
     def assert_no_leftovers(self, timeout: float = 10.0) -> None:
-        _, alive = psutil.wait_procs(self.descendants, timeout=timeout)
+        alive = wait_exited(self.descendants, timeout)
         for p in alive:
             p.kill()
         assert not alive, f"processes left behind: {alive}"

@@ -8,11 +8,15 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from tests.server.app_server import serve_app
 from tests.server.server_process import ROOT
 
 pytestmark = pytest.mark.anyio
@@ -52,37 +56,51 @@ OBSERVE = """() => {
 }"""
 
 
-async def test_chat_page_streams_reply(engine):
+@asynccontextmanager
+async def _chat_server(engine) -> AsyncIterator[TestServer]:
+    async with serve_app(_load_example().create_chat_app(engine)) as srv:
+        yield srv
+
+
+@asynccontextmanager
+async def _chat_page(srv: TestServer, max_tokens: int) -> AsyncIterator[Any]:
+    """The chat page in a headless Chromium, greedy, ``max_tokens`` per reply."""
     executable = _chromium()
     assert shutil.which(executable)
     from playwright.async_api import async_playwright
 
-    app = _load_example().create_chat_app(engine)
-    srv = TestServer(app, host="127.0.0.1")
-    await srv.start_server()
-    try:
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=executable, args=ARGS)
-            try:
-                page = await browser.new_page()
-                await page.goto(str(srv.make_url("/")))
-                await page.fill("#max-tokens", "128")
-                await page.fill("#temperature", "0")
-                await page.evaluate(OBSERVE)
-                await page.fill("#prompt", "Write me a poem about the sea")
-                await page.press("#prompt", "Enter")
-                reply = page.locator(".assistant").last
-                await reply.wait_for()
-                await page.wait_for_function(
-                    "document.querySelector('.assistant').dataset.state !== 'streaming'",
-                    timeout=60_000)
-                assert await reply.get_attribute("data-state") == "done"
-                shown = await reply.text_content()
-                growth = await page.evaluate("window.__growth")
-                assert await page.locator(".user").text_content() == \
-                    "Write me a poem about the sea"
-            finally:
-                await browser.close()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=executable, args=ARGS)
+        try:
+            page = await browser.new_page()
+            await page.goto(str(srv.make_url("/")))
+            await page.fill("#max-tokens", str(max_tokens))
+            await page.fill("#temperature", "0")
+            yield page
+        finally:
+            await browser.close()
+
+
+async def _ask(page: Any, prompt: str) -> Any:
+    """Send ``prompt`` from the page; the reply's element once it stopped streaming."""
+    await page.fill("#prompt", prompt)
+    await page.press("#prompt", "Enter")
+    reply = page.locator(".assistant").last
+    await reply.wait_for()
+    await page.wait_for_function(
+        "document.querySelector('.assistant').dataset.state !== 'streaming'", timeout=60_000)
+    return reply
+
+
+async def test_chat_page_streams_reply(engine):
+    async with _chat_server(engine) as srv:
+        async with _chat_page(srv, 128) as page:
+            await page.evaluate(OBSERVE)
+            reply = await _ask(page, "Write me a poem about the sea")
+            assert await reply.get_attribute("data-state") == "done"
+            shown = await reply.text_content()
+            growth = await page.evaluate("window.__growth")
+            assert await page.locator(".user").text_content() == "Write me a poem about the sea"
         # The reply grew in several steps, at different times, never shrinking. 128 tokens make
         # the stream last long enough (hundreds of ms) that the browser cannot receive it in
         # one or two reads however fast the engine runs (24 tokens arrived in ~80 ms, 2 reads).
@@ -97,38 +115,16 @@ async def test_chat_page_streams_reply(engine):
                 s.post(srv.make_url("/api/v1/chat/completions"), json=body) as resp:
             expected = (await resp.json())["choices"][0]["message"]["content"]
         assert shown == expected
-    finally:
-        await srv.close()
 
 
 async def test_json_mode_toggle_constrains_the_reply(engine):
     """The page's "JSON mode" box sends ``response_format: json_object``: the reply shown is
     the API's constrained answer for the same conversation, one JSON object."""
-    executable = _chromium()
-    from playwright.async_api import async_playwright
-
     prompt = "Describe the sea as JSON"
-    app = _load_example().create_chat_app(engine)
-    srv = TestServer(app, host="127.0.0.1")
-    await srv.start_server()
-    try:
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=executable, args=ARGS)
-            try:
-                page = await browser.new_page()
-                await page.goto(str(srv.make_url("/")))
-                await page.fill("#max-tokens", "400")
-                await page.fill("#temperature", "0")
-                await page.check("#json-mode")
-                await page.fill("#prompt", prompt)
-                await page.press("#prompt", "Enter")
-                await page.locator(".assistant").last.wait_for()
-                await page.wait_for_function(
-                    "document.querySelector('.assistant').dataset.state !== 'streaming'",
-                    timeout=60_000)
-                shown = await page.locator(".assistant").last.text_content()
-            finally:
-                await browser.close()
+    async with _chat_server(engine) as srv:
+        async with _chat_page(srv, 400) as page:
+            await page.check("#json-mode")
+            shown = await (await _ask(page, prompt)).text_content()
         body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 400,
                 "temperature": 0}
         async with aiohttp.ClientSession() as s:
@@ -138,11 +134,9 @@ async def test_json_mode_toggle_constrains_the_reply(engine):
                 async with s.post(srv.make_url("/api/v1/chat/completions"),
                                   json={**body, **extra}) as resp:
                     answers[mode] = (await resp.json())["choices"][0]
-        assert shown == answers["json"]["message"]["content"]
-        assert shown != answers["text"]["message"]["content"]
-        if answers["json"]["finish_reason"] == "stop":
-            assert isinstance(json.loads(shown), dict), shown
-        else:  # cut by max_tokens: still the start of an object
-            assert shown.startswith("{"), shown
-    finally:
-        await srv.close()
+    assert shown == answers["json"]["message"]["content"]
+    assert shown != answers["text"]["message"]["content"]
+    if answers["json"]["finish_reason"] == "stop":
+        assert isinstance(json.loads(shown), dict), shown
+    else:  # cut by max_tokens: still the start of an object
+        assert shown.startswith("{"), shown

@@ -27,3 +27,13 @@ def test_chat_terminal_example_answers_on_the_real_model():
     assert r.returncode == 0, r.stderr
     first, second = r.stdout.strip().splitlines()[:2]
     assert "Paris" in first and "Berlin" in second, r.stdout
+
+
+def test_embed_in_trio_example_streams_and_exits():
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, os.path.join("examples", "embed_in_trio.py"), "Hi"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith(("[length: 32 tokens on trio]", "[stop: ")), r.stdout
+    assert last.endswith("on trio]"), r.stdout

@@ -17,7 +17,7 @@ from aioengine.server import ServerSettings
 from aioengine.server.__main__ import build_parser
 from aioengine.server.protocol import ChatMessage, FunctionCall, MessageToolCall
 from aioengine.server.tool_parsers import CallDelta, Parsed, ParsedCall, get_parser, parser_names
-from aioengine.server.tools import chat_inputs
+from aioengine.server.tool_prompts import chat_inputs
 
 WEATHER = ParsedCall("get_weather", '{"city": "Paris", "days": 2}')
 ADD = ParsedCall("add", '{"a": 1, "b": 2}')
@@ -205,7 +205,7 @@ def test_tool_aware_template_gets_tools_and_hf_shaped_calls() -> None:
 
 
 def test_tool_grammars_close_objects_that_list_their_properties() -> None:
-    from aioengine.server.tools import closed_objects
+    from aioengine.server.tool_schemas import closed_objects
 
     schema = {"type": "object", "properties": {
         "a": {"type": "object", "properties": {"x": {"type": "string"}}},
@@ -274,7 +274,8 @@ AUTO_REPLY = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": 
 
 
 def _auto_format(parallel: bool = True) -> Any:
-    from aioengine.server.tools import ToolChatFormat, ToolPlan
+    from aioengine.server.tool_replies import ToolChatFormat
+    from aioengine.server.tools import ToolPlan
 
     plan = ToolPlan(mode="auto", tools=[], parallel=parallel)
     return ToolChatFormat("m", str, lambda t: b"", plan)

@@ -9,7 +9,6 @@ pickled: arguments are command-line strings, results are exit codes and stdout l
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import select
@@ -18,6 +17,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import anyio
 
 import transports as T
 
@@ -50,10 +51,14 @@ def check_message(msg: T.Message, i: int, size: int) -> bool:
 
 
 # ---- roles --------------------------------------------------------------------------------
+ASYNC_MODES = {"async": "asyncio", "trio": "trio"}  # mode -> anyio backend
+
+
 def writer(url: str, count: int, size: int, mode: str, linger: float) -> int:
-    """Bind a writer, announce its address, send ``count`` messages, then idle or close."""
-    if mode == "async":
-        return asyncio.run(_async_writer(url, count, size, linger))
+    """Bind a writer, announce its address, send ``count`` messages, then idle or close.
+    ``mode``: sync, async (asyncio) or trio."""
+    if mode in ASYNC_MODES:
+        return anyio.run(_async_writer, url, count, size, linger, backend=ASYNC_MODES[mode])
     w = T.open_writer(url)
     print("ready", w.address, flush=True)
     for i in range(count):
@@ -68,15 +73,15 @@ async def _async_writer(url: str, count: int, size: int, linger: float) -> int:
     print("ready", w.address, flush=True)
     for i in range(count):
         await w.send(*make_message(i, size))
-    await asyncio.sleep(linger)
+    await anyio.sleep(linger)
     w.close()
     return 0
 
 
 def reader(url: str, count: int, size: int, mode: str, rank: int) -> int:
     """Connect a (broadcast, if rank >= 0) reader, check ``count`` messages, expect the end."""
-    if mode == "async":
-        return asyncio.run(_async_reader(url, count, size, rank))
+    if mode in ASYNC_MODES:
+        return anyio.run(_async_reader, url, count, size, rank, backend=ASYNC_MODES[mode])
     r = T.open_reader(url) if rank < 0 else T.open_broadcast_reader(url, rank)
     print("ready", flush=True)
     try:

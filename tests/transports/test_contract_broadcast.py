@@ -3,14 +3,14 @@ gets every message in order (the first one included: the writer waits for all N)
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
+import anyio
 import pytest
 
 import transports as T
-from tests.transports.conftest import run
+from tests.transports.conftest import run_on
 from tests.transports.peers import Peer, check_message, make_message
 
 
@@ -18,8 +18,9 @@ from tests.transports.peers import Peer, check_message, make_message
 def test_broadcast_to_reader_processes(transport: str, num_readers: int) -> None:
     count = 200
     w = T.open_broadcast_writer(transport, num_readers)
-    # Half the readers are asyncio, half blocking: both forms receive the same stream.
-    peers = [Peer("reader", w.address, count, -1, "async" if rank % 2 else "sync", rank)
+    # Blocking, asyncio and trio readers in turn: every form receives the same stream.
+    modes = ["sync", "async", "trio"]
+    peers = [Peer("reader", w.address, count, -1, modes[rank % 3], rank)
              for rank in range(num_readers)]
     try:
         for i in range(count):
@@ -32,24 +33,26 @@ def test_broadcast_to_reader_processes(transport: str, num_readers: int) -> None
             p.kill()
 
 
-def test_async_broadcast_writer_with_reader_processes(transport: str) -> None:
+def test_async_broadcast_writer_with_reader_processes(transport: str, backend: str) -> None:
     count = 100
 
     async def body() -> None:
         w = await T.open_async_broadcast_writer(transport, 2)
-        peers = [Peer("reader", w.address, count, 5000, "sync", rank) for rank in range(2)]
+        # One blocking reader and one trio reader.
+        peers = [Peer("reader", w.address, count, 5000, mode, rank)
+                 for rank, mode in enumerate(["sync", "trio"])]
         try:
             for i in range(count):
                 await w.send(*make_message(i, 5000), timeout=120)
             w.close()
-            codes = await asyncio.gather(*(asyncio.to_thread(p.wait) for p in peers))
-            assert list(codes) == [0, 0]
+            codes = await anyio.to_thread.run_sync(lambda: [p.wait() for p in peers])
+            assert codes == [0, 0]
         finally:
             w.close()
             for p in peers:
                 p.kill()
 
-    run(body())
+    run_on(backend, body)
 
 
 def test_first_send_waits_for_every_reader(transport: str) -> None:

@@ -3,21 +3,21 @@ without loss, bad arguments, random message sequences (hypothesis)."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import transports as T
-from tests.transports.conftest import run
+from tests.transports.conftest import Later, run_on
 from tests.transports.peers import Peer, check_message
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "asyncio", "trio"])
 def test_sigkilled_writer_is_seen_within_one_second(transport: str, mode: str) -> None:
     peer = Peer("writer", transport, 3, 100, "sync", 600)  # sends 3, then idles
     try:
@@ -40,17 +40,18 @@ def test_sigkilled_writer_is_seen_within_one_second(transport: str, mode: str) -
                 try:
                     for i in range(3):
                         assert check_message(await r.recv(timeout=30), i, 100)
-                    waiting = asyncio.ensure_future(r.recv(timeout=10))
-                    await asyncio.sleep(0.1)  # the reader is now parked, waiting
-                    peer.proc.kill()
-                    start = time.monotonic()
-                    with pytest.raises(T.PeerClosedError):
-                        await waiting
+                    async with anyio.create_task_group() as tg:
+                        waiting = Later(tg, lambda: r.recv(timeout=10))
+                        await anyio.sleep(0.1)  # the reader is now parked, waiting
+                        peer.proc.kill()
+                        start = time.monotonic()
+                        with pytest.raises(T.PeerClosedError):
+                            await waiting.get()
                     return time.monotonic() - start
                 finally:
                     r.close()
 
-            assert run(body()) < 1.0
+            assert run_on(mode, body) < 1.0
     finally:
         peer.kill()
 
@@ -107,26 +108,28 @@ def test_close_wakes_a_blocked_sync_writer(transport: str) -> None:
         r.close()
 
 
-def test_close_wakes_async_waiters(transport: str) -> None:
+def test_close_wakes_async_waiters(transport: str, backend: str) -> None:
     async def body() -> None:
         w = await T.open_async_writer(transport)
         r = await T.open_async_reader(w.address)
         try:
-            waiting = asyncio.ensure_future(r.recv())
-            await asyncio.sleep(0.1)
-            r.close()
-            with pytest.raises(T.ChannelClosedError):
-                await asyncio.wait_for(waiting, 5)
+            async with anyio.create_task_group() as tg:
+                waiting = Later(tg, r.recv)
+                await anyio.sleep(0.1)
+                assert not waiting.done()
+                r.close()
+                with anyio.fail_after(5), pytest.raises(T.ChannelClosedError):
+                    await waiting.get()
             with pytest.raises(T.ChannelClosedError):
                 await r.recv(timeout=0)
         finally:
             w.close()
             r.close()
 
-    run(body())
+    run_on(backend, body)
 
 
-def test_cancelled_recv_loses_no_message(transport: str) -> None:
+def test_cancelled_recv_loses_no_message(transport: str, backend: str) -> None:
     count = 400
 
     async def body() -> None:
@@ -138,33 +141,29 @@ def test_cancelled_recv_loses_no_message(transport: str) -> None:
             for i in range(count):
                 await w.send(i.to_bytes(4, "little"), [bytes(rng.randrange(0, 3000))])
                 if i % 10 == 0:
-                    await asyncio.sleep(0.001)
+                    await anyio.sleep(0.001)
 
-        producer = asyncio.ensure_future(produce())
         got: list[int] = []
         cancelled = 0
         try:
-            while len(got) < count:
-                task = asyncio.ensure_future(r.recv())
-                done, _ = await asyncio.wait({task}, timeout=rng.choice([0, 0.0005, 0.002]))
-                if task in done:
-                    got.append(int.from_bytes(task.result().header, "little"))
-                else:
-                    task.cancel()
-                    cancelled += 1
-                    try:
-                        await task  # may still have completed just before the cancel
-                        got.append(int.from_bytes(task.result().header, "little"))
-                    except asyncio.CancelledError:
-                        pass
-            await producer
+            async with anyio.create_task_group() as tg:
+                producer = Later(tg, produce)
+                while len(got) < count:
+                    msg = None
+                    with anyio.move_on_after(rng.choice([0, 0.0005, 0.002])):
+                        msg = await r.recv()
+                    if msg is None:
+                        cancelled += 1
+                    else:
+                        got.append(int.from_bytes(msg.header, "little"))
+                await producer.get()
         finally:
             w.close()
             r.close()
         assert got == list(range(count))
         assert cancelled > 0, "the test must actually cancel receives"
 
-    run(body())
+    run_on(backend, body)
 
 
 def test_bad_arguments_are_named(transport: str) -> None:

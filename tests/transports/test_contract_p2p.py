@@ -3,13 +3,13 @@ backpressure, timeouts, graceful end. Runs once per transport (see conftest.py).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
+import anyio
 import pytest
 
 import transports as T
-from tests.transports.conftest import run
+from tests.transports.conftest import run_on
 from tests.transports.peers import Peer, check_message, make_message, payload
 
 KiB, MiB = 1024, 1024 * 1024
@@ -90,9 +90,10 @@ def test_no_buffers_and_empty_header(transport: str) -> None:
         r.close()
 
 
-@pytest.mark.parametrize("writer_mode", ["sync", "async"])
-def test_child_writer_with_async_reader_here(transport: str, writer_mode: str) -> None:
-    """A writer in another process (sync or async) and an asyncio reader in this loop."""
+@pytest.mark.parametrize("writer_mode", ["sync", "async", "trio"])
+def test_child_writer_with_async_reader_here(transport: str, writer_mode: str,
+                                             backend: str) -> None:
+    """A writer in another process (sync, asyncio or trio) and an async reader in this loop."""
     count = 300
     peer = Peer("writer", transport, count, -1, writer_mode, 0)
     try:
@@ -108,29 +109,31 @@ def test_child_writer_with_async_reader_here(transport: str, writer_mode: str) -
             finally:
                 r.close()
 
-        run(body())
+        run_on(backend, body)
         assert peer.wait() == 0
     finally:
         peer.kill()
 
 
-def test_async_writer_here_with_sync_reader_child(transport: str) -> None:
+@pytest.mark.parametrize("reader_mode", ["sync", "trio"])
+def test_async_writer_here_with_reader_child(transport: str, backend: str,
+                                             reader_mode: str) -> None:
     count = 300
 
     async def body() -> None:
         w = await T.open_async_writer(transport)
-        peer = Peer("reader", w.address, count, -1, "sync", -1)
+        peer = Peer("reader", w.address, count, -1, reader_mode, -1)
         try:
-            await asyncio.to_thread(peer.wait_ready)
+            await anyio.to_thread.run_sync(peer.wait_ready)
             for i in range(count):
                 await w.send(*make_message(i, -1))
             w.close()
-            assert await asyncio.to_thread(peer.wait) == 0
+            assert await anyio.to_thread.run_sync(peer.wait) == 0
         finally:
             w.close()
             peer.kill()
 
-    run(body())
+    run_on(backend, body)
 
 
 def test_graceful_close_delivers_everything_then_peer_closed(transport: str) -> None:
@@ -186,7 +189,7 @@ def test_full_channel_blocks_then_drains(transport: str) -> None:
         r.close()
 
 
-def test_async_full_channel_times_out_then_drains(transport: str) -> None:
+def test_async_full_channel_times_out_then_drains(transport: str, backend: str) -> None:
     async def body() -> None:
         w = await T.open_async_writer(transport, capacity=64 * KiB)
         r = await T.open_async_reader(w.address)
@@ -205,4 +208,4 @@ def test_async_full_channel_times_out_then_drains(transport: str) -> None:
             w.close()
             r.close()
 
-    run(body())
+    run_on(backend, body)

@@ -11,16 +11,19 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 from transports._deadline import check_timeout
-from transports.base import AsyncReader, AsyncWriter, Buffer, Message
+from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
 from transports.shm import options
+from transports.shm import plans as P
 from transports.shm import rendezvous as R
-from transports.shm.address import parse_name
 from transports.shm.aio_driver import AsyncDriver
 from transports.shm.core import Core
 from transports.shm.reader_core import ReaderCore
 from transports.shm.writer_core import WriterCore
+
+_C = TypeVar("_C", bound=Core)
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -33,48 +36,34 @@ def _retired(endpoint: object, core: Core) -> tuple[AsyncDriver, weakref.finaliz
     return driver, weakref.finalize(endpoint, driver.retire, core)
 
 
-class ShmAsyncWriter(AsyncWriter):
-    def __init__(self, core: WriterCore) -> None:
+class _Endpoint(Endpoint, Generic[_C]):
+    def __init__(self, core: _C) -> None:
         self._core = core
         self._driver, self._close = _retired(self, core)
 
     @property
     def address(self) -> str:
         return self._core.url
-
-    async def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
-                   timeout: float | None = None) -> None:
-        core = self._core
-        if timeout is not None:
-            check_timeout(timeout)
-        core.ops += 1
-        try:
-            if core.fast:
-                core.check_peers()
-                if core.ring.put_now(header, buffers):
-                    return
-            deadline = _deadline(timeout)
-            core.check_usable()
-            core.stage(header, buffers)
-            if not core.send_now():
-                await self._driver.run(core.send_steps(deadline, timeout))
-        finally:
-            core.after_op()
 
     def close(self) -> None:
         self._close()
 
 
-class ShmAsyncReader(AsyncReader):
+class ShmAsyncWriter(_Endpoint[WriterCore], AsyncWriter):
+
+    async def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
+                   timeout: float | None = None) -> None:
+        core = self._core
+        core.ops += 1
+        try:
+            if (steps := core.send_op(header, buffers, timeout)) is not None:
+                await self._driver.run(steps)
+        finally:
+            core.after_op()
+
+
+class ShmAsyncReader(_Endpoint[ReaderCore], AsyncReader):
     """``recv`` returns views into the shared ring, valid until the next ``recv``."""
-
-    def __init__(self, core: ReaderCore) -> None:
-        self._core = core
-        self._driver, self._close = _retired(self, core)
-
-    @property
-    def address(self) -> str:
-        return self._core.url
 
     async def recv(self, timeout: float | None = None) -> Message:
         core = self._core
@@ -95,61 +84,41 @@ class ShmAsyncReader(AsyncReader):
         finally:
             core.after_op()
 
-    def close(self) -> None:
-        self._close()
+
+async def _connected(opening: tuple[_C, bool]) -> _C:
+    core, connect = opening
+    if connect:
+        try:
+            core.adopt(await R.connect_async(core.name, core.connect_timeout))
+        except BaseException:
+            core.close()
+            raise
+    return core
 
 
 async def open_async_writer(address: str | None, *, bind: bool = True,
                             capacity: int = options.DEFAULT_CAPACITY,
                             connect_timeout: float = options.DEFAULT_CONNECT_TIMEOUT
                             ) -> ShmAsyncWriter:
-    name, bind = parse_name(address), options.check_bind(bind)
-    cap, wait = options.capacity(capacity), options.check_connect_timeout(connect_timeout)
-    core = WriterCore(name, cap, 1, wait, bind)
-    if not bind:
-        try:
-            core.adopt(await R.connect_async(name, wait))
-        except BaseException:
-            core.close()
-            raise
-    return ShmAsyncWriter(core)
+    return ShmAsyncWriter(await _connected(P.writer(address, bind, capacity, connect_timeout)))
 
 
 async def open_async_reader(address: str | None, *, bind: bool = False,
                             capacity: int = options.DEFAULT_CAPACITY,
                             connect_timeout: float = options.DEFAULT_CONNECT_TIMEOUT
                             ) -> ShmAsyncReader:
-    name, bind = parse_name(address), options.check_bind(bind)
-    options.capacity(capacity)
-    return ShmAsyncReader(await _reader_core(
-        name, 0, options.check_connect_timeout(connect_timeout), bind))
+    return ShmAsyncReader(await _connected(P.reader(address, bind, capacity, connect_timeout)))
 
 
 async def open_async_broadcast_writer(address: str | None, num_readers: int, *,
                                       capacity: int = options.DEFAULT_CAPACITY,
                                       connect_timeout: float = options.DEFAULT_CONNECT_TIMEOUT
                                       ) -> ShmAsyncWriter:
-    name, n = parse_name(address), options.num_readers(num_readers)
-    cap, wait = options.capacity(capacity), options.check_connect_timeout(connect_timeout)
-    return ShmAsyncWriter(WriterCore(name, cap, n, wait, bind=True))
+    return ShmAsyncWriter(await _connected(P.broadcast_writer(address, num_readers, capacity,
+                                                              connect_timeout)))
 
 
 async def open_async_broadcast_reader(address: str | None, rank: int, *,
                                       connect_timeout: float = options.DEFAULT_CONNECT_TIMEOUT
                                       ) -> ShmAsyncReader:
-    if address is None:
-        raise ValueError("a broadcast reader needs the writer's address (shm://NAME)")
-    name, rank = parse_name(address), options.check_rank(rank)
-    return ShmAsyncReader(await _reader_core(
-        name, rank, options.check_connect_timeout(connect_timeout), bind=False))
-
-
-async def _reader_core(name: str, rank: int, wait: float, bind: bool) -> ReaderCore:
-    core = ReaderCore(name, rank, wait, bind)
-    if not bind:
-        try:
-            core.adopt(await R.connect_async(name, wait))
-        except BaseException:
-            core.close()
-            raise
-    return core
+    return ShmAsyncReader(await _connected(P.broadcast_reader(address, rank, connect_timeout)))

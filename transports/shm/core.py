@@ -66,7 +66,7 @@ class Core:
     def __init__(self, name: str, connect_timeout: float) -> None:
         self.name = name
         self.url = url(name)
-        self._connect_timeout = connect_timeout
+        self.connect_timeout = connect_timeout
         self._rdv_end: float | None = None
         self._fence = make_fence()
         self._lock = threading.Lock()
@@ -109,8 +109,12 @@ class Core:
     def rendezvous_end(self) -> float:
         """When a binder stops waiting for its peers: connect_timeout after its first wait."""
         if self._rdv_end is None:
-            self._rdv_end = time.monotonic() + self._connect_timeout
+            self._rdv_end = time.monotonic() + self.connect_timeout
         return self._rdv_end
+
+    def adopt(self, sock: socket.socket) -> None:
+        """Take over a connecting side's connection to the binder; subclasses override."""
+        raise NotImplementedError
 
     def own_socket(self, sock: socket.socket) -> socket.socket:
         self._socks.append(sock)

@@ -123,7 +123,7 @@ class ReaderCore(Core):
             end = self.rendezvous_end()
             if expired(end):
                 raise TimeoutError(f"no writer connected to {self.url} within "
-                                   f"{self._connect_timeout} s (connect_timeout)")
+                                   f"{self.connect_timeout} s (connect_timeout)")
             fds = (self._listener.fileno(), *(s.fileno() for s in self._pending))
         else:
             end = None

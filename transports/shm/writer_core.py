@@ -10,6 +10,7 @@ import socket
 import time
 from collections.abc import Generator, Sequence
 
+from transports._deadline import check_timeout
 from transports.base import Buffer
 from transports.errors import AddressError, PeerClosedError, TransportError
 from transports.shm import rendezvous as R
@@ -135,7 +136,7 @@ class WriterCore(Core):
             missing = [r for r in range(self.num_readers) if r not in self._links]
             raise TimeoutError(
                 f"only {len(self._links)} of {self.num_readers} reader(s) connected to "
-                f"{self.url} within {self._connect_timeout} s (connect_timeout); missing "
+                f"{self.url} within {self.connect_timeout} s (connect_timeout); missing "
                 f"rank(s) {missing}")
         if expired(deadline):
             raise TimeoutError(f"send on {self.url} timed out after {timeout} s waiting for "
@@ -177,6 +178,24 @@ class WriterCore(Core):
                                            f"{rank} of {self.url}"))
 
     # ---- send --------------------------------------------------------------------------------
+    def send_op(self, header: Buffer, buffers: Sequence[Buffer],
+                timeout: float | None) -> Generator[Wait, frozenset[int], None] | None:
+        """A send up to its first wait, for every driver: the fast path (one record into the
+        ring), else staging and pumping. None when the message is out; else the steps that
+        finish it, for the driver to run. The caller counts the operation (``ops``)."""
+        if timeout is not None:
+            check_timeout(timeout)
+        if self.fast:
+            self.check_peers()
+            if self.ring.put_now(header, buffers):
+                return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.check_usable()
+        self.stage(header, buffers)
+        if self.send_now():
+            return None
+        return self.send_steps(deadline, timeout)
+
     def stage(self, header: Buffer, buffers: Sequence[Buffer]) -> None:
         self.ring.start(header, buffers)
 

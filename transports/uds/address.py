@@ -129,17 +129,19 @@ def connect(addr: UdsAddress, deadline: Deadline, timeout: float,
 
 async def connect_async(addr: UdsAddress, deadline: Deadline, timeout: float,
                         capacity: int | None) -> socket.socket:
-    import asyncio
+    """``connect`` for any event loop (asyncio or trio, through anyio): a non-blocking connect,
+    retried while nothing is bound yet or the binder's backlog is full (EAGAIN: a Unix socket's
+    connect never completes later). Returns a non-blocking socket."""
+    import anyio
 
-    loop = asyncio.get_running_loop()
     last: OSError | None = None
     while True:
         sock = _new_client_socket(capacity)
         sock.setblocking(False)
         try:
-            await loop.sock_connect(sock, addr.sockaddr)
+            sock.connect(addr.sockaddr)
             return _check_binder(sock, addr)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
+        except (FileNotFoundError, ConnectionRefusedError, BlockingIOError) as e:
             sock.close()
             last = e
         except OSError as e:
@@ -151,7 +153,7 @@ async def connect_async(addr: UdsAddress, deadline: Deadline, timeout: float,
         if deadline.expired():
             raise TimeoutError(f"could not connect to {addr.url} within {timeout} s "
                                f"(connect_timeout): {last.strerror or last}")
-        await asyncio.sleep(0.01)
+        await anyio.sleep(0.01)
 
 
 def _check_binder(sock: socket.socket, addr: UdsAddress) -> socket.socket:

@@ -1,35 +1,40 @@
-"""asyncio uds endpoints: non-blocking sockets driven by ``loop.add_reader``/``add_writer``.
+"""asyncio uds endpoints, a thin driver of ``core``'s operations: non-blocking sockets waited
+on with ``loop.add_reader``/``add_writer``. A binder accepts its peers in a background task, so
+connectors never wait for its first operation; a frame whose ``send`` gave up half-written
+(timeout or cancellation) is finished by a background task.
 
 Bytes move only in synchronous steps between awaits (into the frame reader's buffer), so a
 cancelled ``recv`` loses nothing: the next one finds the data where the last one left it. The
 reader's connection stays registered from its first wait until close (``aio_kept``).
+
+``open_async_*`` build the anyio driver's endpoints instead when no asyncio loop runs (trio).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import socket
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Generator, Sequence
+from typing import TypeVar
 
+import anyio
+
+from transports._anyio_wait import on_asyncio
 from transports._buffers import message_views
-from transports._checks import check_args, check_num_readers, check_rank
-from transports._deadline import Deadline, check_timeout
-from transports._paths import FileCleanup
+from transports._deadline import Deadline
 from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
-from transports.errors import AddressError, ChannelClosedError, PeerClosedError, TransportError
+from transports.errors import ChannelClosedError
 from transports.uds import address as A
+from transports.uds import core as K
 from transports.uds import stream as S
 from transports.uds.aio_kept import KeptReadable
-from transports.uds.framing import MalformedStreamError, frame_parts
+from transports.uds.framing import frame_parts
 from transports.uds.outbound import Outbound
-from transports.uds.peers import HELLO_TIMEOUT, AcceptSpec, Peer, frame_bytes
+from transports.uds.peers import Peer
 
-log = logging.getLogger(__name__)
-
-WaitReadable = Callable[[Peer, Deadline], Awaitable[None]]
+T = TypeVar("T")
+AsyncLock = asyncio.Lock | anyio.Lock
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -39,72 +44,56 @@ def _wake(fut: asyncio.Future[None]) -> None:
 
 class _AsyncBase(Endpoint):
     def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._addr = addr
-        self._connect_timeout = connect_timeout
-        self._lock = asyncio.Lock()
+        self._core = K.UdsCore(addr, connect_timeout)
+        self._peers = self._core.peers
         self._closed = False
-        self._broken: TransportError | None = None
-        self._peers: list[Peer] = []
+        self._attach()
+
+    def _attach(self) -> None:
+        """The driver's own state (the anyio driver overrides this, the waiting, the
+        background work and ``close``; the operations are shared)."""
+        self._loop = asyncio.get_running_loop()
+        self._lock: AsyncLock = asyncio.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
-        self._listener: socket.socket | None = None
-        self._cleanup: FileCleanup | None = None
         self._accept_task: asyncio.Task[None] | None = None
-        self._spec: AcceptSpec | None = None
-        self._connect_deadline: Deadline | None = None
 
     @property
     def address(self) -> str:
-        return self._addr.url
+        return self._core.url
+
+    def _check_open(self) -> None:
+        self._core.check_usable(self._closed)
+
+    async def _run(self, gen: Generator[K.Wait, None, T]) -> T:
+        """Drive one core operation, waiting on the loop whenever it yields."""
+        try:
+            w = next(gen)
+            while True:
+                await self._wait(w)
+                w = next(gen)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     # ---- binding side: a background task accepts, so connectors never wait for our first op --
-    def _bind(self, spec: AcceptSpec) -> None:
-        self._listener, self._cleanup = A.listen(self._addr, spec.count, self)
-        self._accept_task = self._loop.create_task(self._accept_all(spec))
-        self._accept_task.add_done_callback(_retrieve)
-        self._spec = spec
-
-    async def _accept_all(self, spec: AcceptSpec) -> None:
-        assert self._listener is not None
-        while len(self._peers) < spec.count:
-            sock, _ = await self._loop.sock_accept(self._listener)
-            sock.setblocking(False)
-            if spec.sndbuf is not None:
-                A.set_sndbuf(sock, spec.sndbuf)
-            peer = Peer(sock)
-            try:
-                hello = await self._read_frame(peer, Deadline(HELLO_TIMEOUT), fatal=False)
-            except (PeerClosedError, MalformedStreamError):
-                hello = None
-            if hello is None:
-                log.warning("a connection to %s sent no hello; dropped", self.address)
-                sock.close()
-                continue
-            rank = spec.admit(sock, bytes(hello.header))
-            if rank is not None:
-                peer.rank = rank
-                self._peers.append(peer)
-        self._peers.sort(key=lambda p: p.rank)
-        self._listener.close()
-        self._listener = None
-        if self._cleanup is not None:
-            self._cleanup.run()
+    def _accept_in_background(self) -> None:
+        task = self._loop.create_task(self._run(self._core.accept_all(Deadline(None))))
+        task.add_done_callback(_retrieve)
+        self._accept_task = task
 
     async def _ensure_peers(self, deadline: Deadline) -> None:
         task = self._accept_task
         if task is None:
             return
+        core = self._core
         if not task.done():
-            if self._connect_deadline is None:
-                self._connect_deadline = Deadline(self._connect_timeout)
-            wait = Deadline.earliest(deadline, self._connect_deadline)
+            if core.connect_deadline is None:
+                core.connect_deadline = Deadline(core.connect_timeout)
+            wait = Deadline.earliest(deadline, core.connect_deadline)
             fut: asyncio.Future[None] = self._loop.create_future()
             task.add_done_callback(lambda _t: _wake(fut))
             await self._wait_future(fut, wait)
             if not task.done():
-                assert self._spec is not None
-                raise S.accept_timeout(self._spec, self.address, len(self._peers),
-                                       self._connect_deadline.expired(), self._connect_timeout)
+                raise core.accept_timeout()
         if task.cancelled():
             raise ChannelClosedError(f"endpoint {self.address} is closed")
         exc = task.exception()
@@ -113,6 +102,9 @@ class _AsyncBase(Endpoint):
         self._accept_task = None
 
     # ---- waiting -----------------------------------------------------------------------------
+    async def _wait(self, w: K.Wait) -> None:
+        await self._wait_fds(w.fds, w.writable, w.deadline, w.closable)
+
     async def _wait_future(self, fut: asyncio.Future[None], deadline: Deadline,
                            interruptible: bool = True) -> None:
         """Await ``fut`` until ``deadline``; returns on timeout too (callers check the deadline);
@@ -146,32 +138,6 @@ class _AsyncBase(Endpoint):
                 for fd in fds:
                     remove(fd)
 
-    async def _read_frame(self, peer: Peer, deadline: Deadline, fatal: bool = True,
-                          wait: WaitReadable | None = None) -> Message | None:
-        """The next frame from ``peer``; None on timeout; PeerClosedError at EOF (which, like a
-        malformed stream, breaks the endpoint when ``fatal``). ``wait``: how to wait for the
-        socket, by default registered for that wait only (the reader's recv passes one that
-        keeps it registered; a hello's socket may be closed soon after)."""
-        while True:
-            try:
-                msg = S.read_step(peer, self.address)
-            except (PeerClosedError, MalformedStreamError) as e:
-                if fatal:
-                    self._broken = e
-                raise
-            if msg is not None or deadline.expired():
-                return msg
-            if wait is not None:
-                await wait(peer, deadline)
-            else:
-                await self._wait_fds([peer.sock.fileno()], False, deadline)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ChannelClosedError(f"endpoint {self.address} is closed")
-        if self._broken is not None:
-            raise type(self._broken)(str(self._broken))
-
     # ---- closing -----------------------------------------------------------------------------
     def close(self) -> None:
         if self._closed:
@@ -189,17 +155,15 @@ class _AsyncBase(Endpoint):
         return False
 
     def _close_sockets(self) -> None:
-        for peer in self._peers:
+        core = self._core
+        for peer in core.peers:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(peer.sock.fileno())
                 self._loop.remove_writer(peer.sock.fileno())
-            peer.sock.close()
-        if self._listener is not None:
+        if core.listener is not None:
             with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._listener.fileno())
-            self._listener.close()
-        if self._cleanup is not None:
-            self._cleanup.run()
+                self._loop.remove_reader(core.listener.fileno())
+        core.close_sockets()
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:
@@ -208,8 +172,8 @@ def _retrieve(task: asyncio.Task[None]) -> None:
 
 
 class UdsAsyncWriter(_AsyncBase, AsyncWriter):
-    def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
-        super().__init__(addr, connect_timeout)
+    def _attach(self) -> None:
+        super()._attach()
         self._flusher: asyncio.Task[None] | None = None
 
     async def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
@@ -220,31 +184,21 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
             self._check_open()
             await self._ensure_peers(deadline)
             await self._join_flusher(deadline)
-            await self._write([(p, Outbound(parts)) for p in self._peers], deadline, stash=True)
-
-    async def _write(self, outs: S.Pending, deadline: Deadline, stash: bool) -> None:
-        pending = outs
-        while True:
-            try:
-                pending, move = S.write_step(outs, pending, deadline, self.address,
-                                             self._spec is None, stash)
-            except PeerClosedError as e:
-                self._broken = e
-                raise
-            if move == S.DONE:
+            outs = [(p, Outbound(parts)) for p in self._core.peers]
+            pending = self._core.write_now(outs)  # most frames go out in this one pass
+            if not pending:
                 return
-            if move == S.STASH:
-                self._start_flusher(pending)
-                return
+            gen = self._core.write(outs, deadline, stash=True, pending=pending)
             try:
-                # The background flusher keeps going after close() (bounded by LINGER).
-                await self._wait_fds([p.sock.fileno() for p, _ in pending], True, deadline,
-                                     interruptible=stash)
-            except asyncio.CancelledError:
-                # A half-written frame must complete or the stream breaks: finish it from a copy.
-                if stash and any(out.started for _, out in outs) and not self._closed:
-                    self._start_flusher(pending)
+                rest = await self._run(gen)
+            except anyio.get_cancelled_exc_class():
+                # Cancelled mid-frame: it must complete or the stream breaks (from a copy).
+                rest = self._core.unsent
+                if rest and any(out.started for _, out in outs) and not self._closed:
+                    self._start_flusher(rest)
                 raise
+            if rest:
+                self._start_flusher(rest)  # the next send waits for it
 
     def _start_flusher(self, pending: S.Pending) -> None:
         for _, out in pending:
@@ -254,7 +208,8 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
 
     async def _flush(self, pending: S.Pending) -> None:
         try:
-            await self._write(pending, Deadline(None), stash=False)
+            # Not interrupted by close() (Wait.closable): bounded by LINGER instead.
+            await self._run(self._core.write(pending, Deadline(None), stash=False))
         finally:
             if self._closed:
                 self._close_sockets()
@@ -284,9 +239,8 @@ class UdsAsyncWriter(_AsyncBase, AsyncWriter):
 
 
 class UdsAsyncReader(_AsyncBase, AsyncReader):
-    def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
-        super().__init__(addr, connect_timeout)
-        self._greeted = True
+    def _attach(self) -> None:
+        super()._attach()
         self._kept = KeptReadable(self._loop)
         # Dropped without close(): unregister before the socket closes (its number is reused).
         self._retire = weakref.finalize(self, self._kept.retire)
@@ -295,22 +249,26 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
         deadline = Deadline(timeout)
         async with self._lock:
             self._check_open()
-            await self._ensure_peers(deadline)
-            peer = self._peers[0]
-            while True:
-                msg = await self._read_frame(peer, deadline, wait=self._wait_kept)
-                if msg is None:
-                    raise TimeoutError(f"no message on {self.address} within {timeout} s")
-                if self._greeted:
+            core = self._core
+            msg = core.recv_now()
+            if msg is not None:
+                return msg
+            if core.streaming:  # the common wait, before any generator
+                await self._wait_data(core.peers[0], deadline)
+                msg = core.recv_now()
+                if msg is not None:
                     return msg
-                try:
-                    S.check_greeting(msg, self.address)
-                except AddressError as e:
-                    self._broken = e
-                    raise
-                self._greeted = True
+            else:
+                await self._ensure_peers(deadline)
+            return await self._run(core.recv(deadline, timeout, waited=True))
 
-    async def _wait_kept(self, peer: Peer, deadline: Deadline) -> None:
+    async def _wait(self, w: K.Wait) -> None:
+        if w.kept is None:
+            await self._wait_fds(w.fds, w.writable, w.deadline, w.closable)
+        else:
+            await self._wait_data(w.kept, w.deadline)
+
+    async def _wait_data(self, peer: Peer, deadline: Deadline) -> None:
         kept = self._kept
         fut = kept.wait(peer)
         try:
@@ -325,54 +283,50 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
         super()._close_sockets()
 
 
-async def _connected(endpoint: _AsyncBase, role: int, rank: int, capacity: int | None) -> None:
-    deadline = Deadline(endpoint._connect_timeout)
-    sock = await A.connect_async(endpoint._addr, deadline, endpoint._connect_timeout, capacity)
+# ---- opening ----------------------------------------------------------------------------------
+async def _open(cls: type[_A], plan: K.Plan, connect_timeout: float) -> _A:
+    if not on_asyncio():  # trio: the anyio driver's endpoints
+        from transports.uds import anyio_driver
+
+        cls = anyio_driver.ANYIO_CLASSES[cls]  # type: ignore[assignment]
+    endpoint = cls(plan.addr, connect_timeout)
+    if plan.spec is not None:
+        endpoint._core.bind(plan.spec, endpoint)
+        endpoint._accept_in_background()
+        return endpoint
+    sock = await A.connect_async(plan.addr, Deadline(connect_timeout), connect_timeout,
+                                 plan.capacity)
     try:
-        await endpoint._loop.sock_sendall(sock, frame_bytes(A.hello(role, rank)))
+        sock.sendall(plan.hello)  # a fresh connection's buffer takes a hello at once
     except BaseException:
         sock.close()
         raise
-    endpoint._peers.append(Peer(sock, rank))
+    plan.adopt(endpoint._core, sock)
+    return endpoint
+
+
+_A = TypeVar("_A", bound=_AsyncBase)
 
 
 async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> UdsAsyncWriter:
-    check_args(capacity, connect_timeout)
-    w = UdsAsyncWriter(A.parse(address, binding=bind), connect_timeout)
-    if bind:
-        w._bind(AcceptSpec(w.address, A.READER, 1, None, capacity))
-    else:
-        await _connected(w, A.WRITER, -1, capacity)
-    return w
+    plan = K.plan_writer(address, bind, capacity, connect_timeout)
+    return await _open(UdsAsyncWriter, plan, connect_timeout)
 
 
 async def open_async_reader(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> UdsAsyncReader:
-    check_args(capacity, connect_timeout)
-    r = UdsAsyncReader(A.parse(address, binding=bind), connect_timeout)
-    if bind:
-        r._bind(AcceptSpec(r.address, A.WRITER, 1, None))
-    else:
-        r._greeted = False
-        await _connected(r, A.READER, -1, None)
-    return r
+    plan = K.plan_reader(address, bind, capacity, connect_timeout)
+    return await _open(UdsAsyncReader, plan, connect_timeout)
 
 
 async def open_async_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
                                       connect_timeout: float) -> UdsAsyncWriter:
-    check_args(capacity, connect_timeout)
-    check_num_readers(num_readers)
-    w = UdsAsyncWriter(A.parse(address, binding=True), connect_timeout)
-    w._bind(AcceptSpec(w.address, A.READER, num_readers, num_readers, capacity))
-    return w
+    plan = K.plan_broadcast_writer(address, num_readers, capacity, connect_timeout)
+    return await _open(UdsAsyncWriter, plan, connect_timeout)
 
 
 async def open_async_broadcast_reader(address: str | None, rank: int, *,
                                       connect_timeout: float) -> UdsAsyncReader:
-    check_timeout(connect_timeout, "connect_timeout")
-    check_rank(rank)
-    r = UdsAsyncReader(A.parse(address, binding=False), connect_timeout)
-    r._greeted = False
-    await _connected(r, A.READER, rank, None)
-    return r
+    plan = K.plan_broadcast_reader(address, rank, connect_timeout)
+    return await _open(UdsAsyncReader, plan, connect_timeout)

@@ -51,7 +51,12 @@ def write_step(outs: Pending, pending: Pending, deadline: Deadline, address: str
     time is up with part of the frame on the wire (it must complete, or the stream breaks: the
     caller finishes it in the background from a copy); else WAIT for writability. Time up
     with nothing sent is a TimeoutError."""
-    pending = write_pass(pending, address, connected)
+    return write_move(outs, write_pass(pending, address, connected), deadline, address, stash)
+
+
+def write_move(outs: Pending, pending: Pending, deadline: Deadline, address: str,
+               stash: bool) -> tuple[Pending, int]:
+    """What a writer does after a write pass left ``pending`` (see ``write_step``)."""
     if not pending:
         return pending, DONE
     if deadline.expired():

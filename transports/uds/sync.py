@@ -1,170 +1,153 @@
-"""Blocking uds endpoints (for busy loops). Each waits in poll(2) on its socket(s) plus a
-wake-up fd, so ``close()`` from another thread interrupts any wait at once."""
+"""Blocking uds endpoints (for busy loops), a thin driver of ``core``'s operations. Each waits in
+poll(2) on its socket(s) plus a wake-up fd, so ``close()`` from another thread interrupts any
+wait at once. A frame whose ``send`` gave up half-written is finished by a thread
+(``ThreadFlusher``, also used by the trio driver)."""
 
 from __future__ import annotations
 
-import logging
 import select
-import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import TypeVar
 
 from transports._buffers import message_views
-from transports._checks import check_args, check_num_readers, check_rank
-from transports._deadline import Deadline, check_timeout
-from transports._paths import FileCleanup
-from transports._wakeup import Wakeup
+from transports._deadline import Deadline
+from transports._wakeup import BlockingClose, Wakeup
 from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
-from transports.errors import AddressError, ChannelClosedError, PeerClosedError, TransportError
+from transports.errors import ChannelClosedError, TransportError
 from transports.uds import address as A
+from transports.uds import core as K
 from transports.uds import stream as S
-from transports.uds.framing import PREFIX, MalformedStreamError, frame_parts
+from transports.uds.framing import PREFIX, frame_parts
 from transports.uds.outbound import SEND_FLAGS, Outbound
-from transports.uds.peers import HELLO_TIMEOUT, AcceptSpec, Peer, frame_bytes
 
-log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _IN, _OUT = select.POLLIN, select.POLLOUT
 SMALL_FRAME = 64 * 1024  # a header up to this size goes out by _send_small (one copy of it)
 
 
-class _Base(Endpoint):
-    """Peer bookkeeping, waiting and closing shared by the sync reader and writer."""
+def run_blocking(gen: Generator[K.Wait, None, T], wake: Wakeup,
+                 closing: Callable[[], bool], url: str) -> T:
+    """Drive one core operation: poll(2) on its fds and ``wake`` whenever it yields; a wake-up
+    with ``closing()`` true raises ChannelClosedError."""
+    try:
+        w = next(gen)
+        while True:
+            poller = select.poll()
+            ev = _OUT if w.writable else _IN
+            for fd in w.fds:
+                poller.register(fd, ev)
+            poller.register(wake.fd, _IN)
+            poller.poll(w.deadline.remaining_ms())
+            if closing():
+                raise ChannelClosedError(f"endpoint {url} was closed")
+            w = next(gen)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+class ThreadFlusher:
+    """Finishes a half-written frame in a thread after its ``send`` gave up (a timeout with part
+    of the frame on the wire: it must complete, or the stream breaks); the next send waits for
+    it, and close() lets it finish for ``stream.LINGER`` seconds."""
+
+    __slots__ = ("_closing", "_core", "_error", "_thread", "_wake")
+
+    def __init__(self, core: K.UdsCore, wake: Wakeup, closing: Callable[[], bool]) -> None:
+        self._core, self._wake, self._closing = core, wake, closing
+        self._thread: threading.Thread | None = None
+        self._error: TransportError | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self._thread is None
+
+    def start(self, pending: S.Pending) -> None:
+        for _, out in pending:
+            out.detach()
+        self._thread = threading.Thread(target=self._flush, args=(pending,), daemon=True,
+                                        name="aiot-uds-flush")
+        self._thread.start()
+
+    def _flush(self, pending: S.Pending) -> None:
+        core = self._core
+        try:
+            run_blocking(core.write(pending, Deadline(None), stash=False), self._wake,
+                         self._closing, core.url)
+        except ChannelClosedError:
+            pass
+        except TransportError as e:
+            self._error = e
+
+    def done(self) -> bool:
+        """True once no flush runs (raising the error a finished one met)."""
+        thread = self._thread
+        if thread is None:
+            return True
+        if thread.is_alive():
+            return False
+        self._thread = None
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def join(self, seconds: float | None) -> None:
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(seconds)
+
+
+class FlushOnClose:
+    """The closing of a writer whose half-written frames a ``ThreadFlusher`` finishes: the
+    flush gets ``stream.LINGER`` seconds, then (woken by the wake-up fd) it stops writing before
+    the sockets close."""
+
+    _thread_flusher: ThreadFlusher
+    _core: K.UdsCore
+
+    def _before_close(self) -> None:
+        self._thread_flusher.join(S.LINGER)
+
+    def _release(self) -> None:
+        self._thread_flusher.join(None)
+        self._core.close_sockets()
+
+
+class _Base(BlockingClose, Endpoint):
+    """Waiting and closing shared by the sync reader and writer."""
 
     def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
-        self._addr = addr
-        self._connect_timeout = connect_timeout
+        self._core = K.UdsCore(addr, connect_timeout)
+        self._peers = self._core.peers
         self._lock = threading.Lock()  # one operation at a time; close() waits for it
         self._wake = Wakeup()
         self._closing = False
         self._closed = False
-        self._broken: TransportError | None = None
-        self._peers: list[Peer] = []
-        self._listener: socket.socket | None = None
-        self._cleanup: FileCleanup | None = None
-        self._accept: AcceptSpec | None = None
-        self._connect_deadline: Deadline | None = None
 
     @property
     def address(self) -> str:
-        return self._addr.url
+        return self._core.url
 
-    # ---- binding side ------------------------------------------------------------------------
-    def _bind(self, spec: AcceptSpec) -> None:
-        self._listener, self._cleanup = A.listen(self._addr, spec.count, self)
-        self._accept = spec
+    def _is_closing(self) -> bool:
+        return self._closing
 
-    def _ensure_peers(self, deadline: Deadline) -> None:
-        spec = self._accept
-        if spec is None or len(self._peers) == spec.count:
-            return
-        if self._connect_deadline is None:
-            self._connect_deadline = Deadline(self._connect_timeout)
-        wait = Deadline.earliest(deadline, self._connect_deadline)
-        assert self._listener is not None
-        while len(self._peers) < spec.count:
-            try:
-                sock, _ = self._listener.accept()
-            except BlockingIOError:
-                if wait.expired():
-                    raise self._accept_timeout(spec) from None
-                self._poll([(self._listener.fileno(), _IN)], wait)
-                continue
-            self._admit(spec, sock)
-        self._peers.sort(key=lambda p: p.rank)
-        # Everyone is here: nothing may connect any more, and nothing stays on disk.
-        self._listener.close()
-        self._listener = None
-        if self._cleanup is not None:
-            self._cleanup.run()
-
-    def _admit(self, spec: AcceptSpec, sock: socket.socket) -> None:
-        sock.setblocking(False)
-        if spec.sndbuf is not None:
-            A.set_sndbuf(sock, spec.sndbuf)
-        peer = Peer(sock)
-        try:
-            hello = self._read_frame(peer, Deadline(HELLO_TIMEOUT), fatal=False)
-        except (PeerClosedError, MalformedStreamError):
-            hello = None
-        if hello is None:
-            log.warning("a connection to %s sent no hello; dropped", self.address)
-            sock.close()
-            return
-        rank = spec.admit(sock, bytes(hello.header))
-        if rank is not None:
-            peer.rank = rank
-            self._peers.append(peer)
-
-    def _accept_timeout(self, spec: AcceptSpec) -> TimeoutError:
-        assert self._connect_deadline is not None
-        return S.accept_timeout(spec, self.address, len(self._peers),
-                                self._connect_deadline.expired(), self._connect_timeout)
-
-    # ---- waiting -----------------------------------------------------------------------------
-    def _poll(self, fds: list[tuple[int, int]], deadline: Deadline) -> list[tuple[int, int]]:
-        poller = select.poll()
-        for fd, ev in fds:
-            poller.register(fd, ev)
-        poller.register(self._wake.fd, _IN)
-        events = poller.poll(deadline.remaining_ms())
-        if self._closing:
-            raise ChannelClosedError(f"endpoint {self.address} was closed")
-        return events
-
-    def _read_frame(self, peer: Peer, deadline: Deadline, fatal: bool = True) -> Message | None:
-        """The next frame from ``peer``; None on timeout; PeerClosedError at EOF (which, like a
-        malformed stream, breaks the endpoint when ``fatal``)."""
-        while True:
-            try:
-                msg = S.read_step(peer, self.address)
-            except (PeerClosedError, MalformedStreamError) as e:
-                if fatal:
-                    self._broken = e
-                raise
-            if msg is not None or deadline.expired():
-                return msg
-            self._poll([(peer.sock.fileno(), _IN)], deadline)
+    def _run(self, gen: Generator[K.Wait, None, T]) -> T:
+        return run_blocking(gen, self._wake, self._is_closing, self._core.url)
 
     def _check_open(self) -> None:
-        if self._closing or self._closed:
-            raise ChannelClosedError(f"endpoint {self.address} is closed")
-        if self._broken is not None:
-            raise type(self._broken)(str(self._broken))
+        self._core.check_usable(self._closing or self._closed)
 
-    # ---- closing -----------------------------------------------------------------------------
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._before_close()
-        self._closing = True
-        self._wake.signal()
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._after_close()
-            for peer in self._peers:
-                peer.sock.close()
-            if self._listener is not None:
-                self._listener.close()
-            if self._cleanup is not None:
-                self._cleanup.run()
-
-    def _before_close(self) -> None:
-        pass
-
-    def _after_close(self) -> None:
-        pass
+    def _release(self) -> None:
+        self._core.close_sockets()
 
 
-class UdsSyncWriter(_Base, SyncWriter):
+class UdsSyncWriter(FlushOnClose, _Base, SyncWriter):
     """Point-to-point (one peer) or broadcast (``num_readers`` peers) writer."""
 
     def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
         super().__init__(addr, connect_timeout)
-        self._flusher: threading.Thread | None = None
-        self._flush_error: TransportError | None = None
+        self._thread_flusher = ThreadFlusher(self._core, self._wake, self._is_closing)
 
     def send(self, header: Buffer, buffers: Sequence[Buffer] = (),
              timeout: float | None = None) -> None:
@@ -175,10 +158,17 @@ class UdsSyncWriter(_Base, SyncWriter):
         parts = frame_parts(*message_views(header, buffers))
         with self._lock:
             self._check_open()
-            self._ensure_peers(deadline)
-            self._join_flusher(deadline)
-            outs = [(peer, Outbound(parts)) for peer in self._peers]
-            self._write(outs, deadline, stash_on_timeout=True)
+            core = self._core
+            if core.accepting:
+                self._run(core.ensure_peers(deadline))
+            if not self._thread_flusher.done():
+                self._thread_flusher.join(deadline.remaining())
+                if not self._thread_flusher.done():
+                    raise S.full_error(self.address)
+            outs = [(peer, Outbound(parts)) for peer in core.peers]
+            pending = core.write_now(outs)  # most frames go out in this one pass
+            if pending:
+                self._write(outs, deadline, pending)
 
     def _send_small(self, header: bytes) -> bool:
         """The commonest send (one small frame to one connected reader, no timeout) in one
@@ -187,14 +177,14 @@ class UdsSyncWriter(_Base, SyncWriter):
         do it: more readers or none yet, a frame still going out in the background, a closed
         or broken endpoint, or a socket error (nothing was written then)."""
         with self._lock:
-            peers = self._peers
-            if len(peers) != 1 or self._listener is not None or self._flusher is not None \
-                    or self._closing or self._closed or self._broken is not None:
+            core = self._core
+            peers = core.peers
+            if len(peers) != 1 or core.accepting or not self._thread_flusher.idle \
+                    or self._closing or self._closed or core.broken is not None:
                 return False
             frame = PREFIX.pack(len(header), 0) + header
-            sock = peers[0].sock
             try:
-                n = sock.send(frame, SEND_FLAGS)
+                n = peers[0].sock.send(frame, SEND_FLAGS)
             except BlockingIOError:
                 n = 0
             except OSError:
@@ -202,131 +192,81 @@ class UdsSyncWriter(_Base, SyncWriter):
             if n < len(frame):  # the rest, as the general path would: wait, or finish later
                 out = Outbound([memoryview(frame)[n:]])
                 out.started = n > 0
-                self._write([(peers[0], out)], Deadline(None), stash_on_timeout=True)
+                self._write([(peers[0], out)], Deadline(None))
             return True
 
-    def _write(self, outs: S.Pending, deadline: Deadline, stash_on_timeout: bool) -> None:
-        pending = outs
-        while True:
-            try:
-                pending, move = S.write_step(outs, pending, deadline, self.address,
-                                             self._accept is None, stash_on_timeout)
-            except PeerClosedError as e:
-                self._broken = e
-                raise
-            if move == S.DONE:
-                return
-            if move == S.STASH:
-                self._start_flusher(pending)  # the next send waits for it
-                return
-            self._poll([(peer.sock.fileno(), _OUT) for peer, _ in pending], deadline)
+    def _write(self, outs: S.Pending, deadline: Deadline,
+               pending: S.Pending | None = None) -> None:
+        rest = self._run(self._core.write(outs, deadline, stash=True, pending=pending))
+        if rest:
+            self._thread_flusher.start(rest)  # the next send waits for it
 
-    def _start_flusher(self, pending: S.Pending) -> None:
-        for _, out in pending:
-            out.detach()
-        self._flusher = threading.Thread(target=self._flush, args=(pending,), daemon=True,
-                                         name="aiot-uds-flush")
-        self._flusher.start()
-
-    def _flush(self, pending: S.Pending) -> None:
-        try:
-            self._write(pending, Deadline(None), stash_on_timeout=False)
-        except ChannelClosedError:
-            pass
-        except TransportError as e:
-            self._flush_error = e
-
-    def _join_flusher(self, deadline: Deadline) -> None:
-        if self._flusher is None:
-            return
-        self._flusher.join(deadline.remaining())
-        if self._flusher.is_alive():
-            raise S.full_error(self.address)
-        self._flusher = None
-        if self._flush_error is not None:
-            raise self._flush_error
-
-    def _before_close(self) -> None:
-        flusher = self._flusher
-        if flusher is not None and flusher is not threading.current_thread():
-            flusher.join(S.LINGER)
-
-    def _after_close(self) -> None:
-        if self._flusher is not None:
-            self._flusher.join()
 
 
 class UdsSyncReader(_Base, SyncReader):
     def __init__(self, addr: A.UdsAddress, connect_timeout: float) -> None:
         super().__init__(addr, connect_timeout)
-        self._greeted = True  # a connecting reader first reads the binder's reply
+        self._poller: select.poll | None = None  # the peer's socket and the wake-up fd
 
     def recv(self, timeout: float | None = None) -> Message:
         deadline = Deadline(timeout)
         with self._lock:
             self._check_open()
-            self._ensure_peers(deadline)
-            peer = self._peers[0]
-            while True:
-                msg = self._read_frame(peer, deadline)
-                if msg is None:
-                    raise TimeoutError(f"no message on {self.address} within {timeout} s")
-                if self._greeted:
+            core = self._core
+            msg = core.recv_now()
+            if msg is not None:
+                return msg
+            if core.streaming:
+                # The common wait (a stream between messages), before any generator: one
+                # poll(2) on a poll object kept for the connection.
+                poller = self._poller
+                if poller is None:
+                    poller = self._poller = select.poll()
+                    poller.register(core.peers[0].sock.fileno(), _IN)
+                    poller.register(self._wake.fd, _IN)
+                poller.poll(deadline.remaining_ms())
+                if self._closing:
+                    raise ChannelClosedError(f"endpoint {self.address} was closed")
+                msg = core.recv_now()
+                if msg is not None:
                     return msg
-                try:
-                    S.check_greeting(msg, self.address)
-                except AddressError as e:
-                    self._broken = e
-                    raise
-                self._greeted = True
+            return self._run(core.recv(deadline, timeout, waited=True))
 
 
 # ---- opening ----------------------------------------------------------------------------------
-def _connected(endpoint: _Base, role: int, rank: int, capacity: int | None) -> None:
-    deadline = Deadline(endpoint._connect_timeout)
-    sock = A.connect(endpoint._addr, deadline, endpoint._connect_timeout, capacity)
-    sock.sendall(frame_bytes(A.hello(role, rank)))
-    sock.setblocking(False)
-    endpoint._peers.append(Peer(sock, rank))
+def _open(cls: type[_B], plan: K.Plan, connect_timeout: float) -> _B:
+    endpoint = cls(plan.addr, connect_timeout)
+    if plan.spec is not None:
+        endpoint._core.bind(plan.spec, endpoint)
+        return endpoint
+    sock = A.connect(plan.addr, Deadline(connect_timeout), connect_timeout, plan.capacity)
+    sock.sendall(plan.hello)
+    plan.adopt(endpoint._core, sock)
+    return endpoint
+
+
+_B = TypeVar("_B", bound=_Base)
 
 
 def open_writer(address: str | None, *, bind: bool, capacity: int,
                 connect_timeout: float) -> UdsSyncWriter:
-    check_args(capacity, connect_timeout)
-    w = UdsSyncWriter(A.parse(address, binding=bind), connect_timeout)
-    if bind:
-        w._bind(AcceptSpec(w.address, A.READER, 1, None, capacity))
-    else:
-        _connected(w, A.WRITER, -1, capacity)
-    return w
+    plan = K.plan_writer(address, bind, capacity, connect_timeout)
+    return _open(UdsSyncWriter, plan, connect_timeout)
 
 
 def open_reader(address: str | None, *, bind: bool, capacity: int,
                 connect_timeout: float) -> UdsSyncReader:
-    check_args(capacity, connect_timeout)
-    r = UdsSyncReader(A.parse(address, binding=bind), connect_timeout)
-    if bind:
-        r._bind(AcceptSpec(r.address, A.WRITER, 1, None))
-    else:
-        r._greeted = False
-        _connected(r, A.READER, -1, None)
-    return r
+    plan = K.plan_reader(address, bind, capacity, connect_timeout)
+    return _open(UdsSyncReader, plan, connect_timeout)
 
 
 def open_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
                           connect_timeout: float) -> UdsSyncWriter:
-    check_args(capacity, connect_timeout)
-    check_num_readers(num_readers)
-    w = UdsSyncWriter(A.parse(address, binding=True), connect_timeout)
-    w._bind(AcceptSpec(w.address, A.READER, num_readers, num_readers, capacity))
-    return w
+    plan = K.plan_broadcast_writer(address, num_readers, capacity, connect_timeout)
+    return _open(UdsSyncWriter, plan, connect_timeout)
 
 
 def open_broadcast_reader(address: str | None, rank: int, *,
                           connect_timeout: float) -> UdsSyncReader:
-    check_timeout(connect_timeout, "connect_timeout")
-    check_rank(rank)
-    r = UdsSyncReader(A.parse(address, binding=False), connect_timeout)
-    r._greeted = False
-    _connected(r, A.READER, rank, None)
-    return r
+    plan = K.plan_broadcast_reader(address, rank, connect_timeout)
+    return _open(UdsSyncReader, plan, connect_timeout)

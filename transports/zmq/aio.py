@@ -17,16 +17,20 @@ import weakref
 from collections.abc import Generator, Sequence
 from typing import TypeVar
 
+import anyio
+
+from transports._anyio_wait import on_asyncio
 from transports._buffers import message_views
-from transports._checks import check_args, check_num_readers, check_rank
-from transports._deadline import Deadline, check_timeout
+from transports._deadline import Deadline
 from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
 from transports.errors import ChannelClosedError
 from transports.zmq import channel as C
-from transports.zmq.address import parse
-from transports.zmq.core import Wait, ZmqCore
+from transports.zmq import core as K
+from transports.zmq.core import Wait
 
 T = TypeVar("T")
+_A = TypeVar("_A", bound="_AsyncBase")
+AsyncLock = asyncio.Lock | anyio.Lock
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
@@ -71,20 +75,21 @@ def _finalize_here(loop: asyncio.AbstractEventLoop, fds: list[int], ch: C.Channe
 class _AsyncBase(Endpoint):
     _writer = False
 
-    def __init__(self, connect_timeout: float, kind: int, address: str | None, *, bind: bool,
-                 hwm: int, num_readers: int | None = None, rank: int | None = None) -> None:
-        self._loop = asyncio.get_running_loop()
-        addr = parse(address, binding=bind)
-        self._ch = ch = C.Channel(self, kind, addr, bind=bind, hwm=hwm, num_readers=num_readers,
-                                  rank=rank)
+    def __init__(self, plan: K.Plan, connect_timeout: float) -> None:
+        self._core = K.ZmqCore.open(self, plan, connect_timeout)
+        self._ch = ch = self._core.ch
         self._fds = [ch.sock.FD] + ([ch.mon.FD] if ch.mon is not None else [])
-        self._core = ZmqCore(ch, connect_timeout)
-        self._connect_timeout = connect_timeout
-        self._lock = asyncio.Lock()
+        self._closed = False
+        self._attach(ch)
+
+    def _attach(self, ch: C.Channel) -> None:
+        """The driver's own state (the anyio driver overrides this, ``_wait``, ``_sleep`` and
+        ``close``; the operations themselves are shared)."""
+        self._loop = asyncio.get_running_loop()
+        self._lock: AsyncLock = asyncio.Lock()
         self._waiters: set[asyncio.Future[None]] = set()
         self._fd_waiters: set[asyncio.Future[None]] = set()
         self._registered = [False]  # shared with the finalizer
-        self._closed = False
         weakref.finalize(self, _finalize, self._loop, self._fds, self._registered, ch)
 
     @property
@@ -202,46 +207,41 @@ class ZmqAsyncReader(_AsyncBase, AsyncReader):
             return await self._run(self._core.recv(deadline, timeout))
 
 
-async def _connect(endpoint: _AsyncBase) -> None:
-    try:
-        await endpoint._run(endpoint._core.ensure_ready(Deadline(endpoint._connect_timeout),
-                                                        connecting=True))
-    except BaseException:
-        endpoint.close()
-        raise
+async def _open(cls: type[_A], plan: K.Plan, connect_timeout: float) -> _A:
+    """As ``sync._open``; under trio the anyio driver's class of the same role."""
+    if not on_asyncio():
+        from transports.zmq import anyio_driver
+
+        cls = anyio_driver.ANYIO_CLASSES[cls]  # type: ignore[assignment]
+    endpoint = cls(plan, connect_timeout)
+    if plan.connect:
+        try:
+            await endpoint._run(endpoint._core.connecting())
+        except BaseException:
+            endpoint.close()
+            raise
+    return endpoint
 
 
 async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> ZmqAsyncWriter:
-    check_args(capacity, connect_timeout)
-    w = ZmqAsyncWriter(connect_timeout, C.PUSH, address, bind=bind, hwm=C.hwm_for(capacity))
-    if not bind:
-        await _connect(w)
-    return w
+    plan = K.plan_writer(address, bind, capacity, connect_timeout)
+    return await _open(ZmqAsyncWriter, plan, connect_timeout)
 
 
 async def open_async_reader(address: str | None, *, bind: bool, capacity: int,
                             connect_timeout: float) -> ZmqAsyncReader:
-    check_args(capacity, connect_timeout)
-    r = ZmqAsyncReader(connect_timeout, C.PULL, address, bind=bind, hwm=C.hwm_for(capacity))
-    if not bind:
-        await _connect(r)
-    return r
+    plan = K.plan_reader(address, bind, capacity, connect_timeout)
+    return await _open(ZmqAsyncReader, plan, connect_timeout)
 
 
 async def open_async_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
                                       connect_timeout: float) -> ZmqAsyncWriter:
-    check_args(capacity, connect_timeout)
-    check_num_readers(num_readers)
-    return ZmqAsyncWriter(connect_timeout, C.XPUB, address, bind=True,
-                          hwm=C.hwm_for(capacity), num_readers=num_readers)
+    plan = K.plan_broadcast_writer(address, num_readers, capacity, connect_timeout)
+    return await _open(ZmqAsyncWriter, plan, connect_timeout)
 
 
 async def open_async_broadcast_reader(address: str | None, rank: int, *,
                                       connect_timeout: float) -> ZmqAsyncReader:
-    check_timeout(connect_timeout, "connect_timeout")
-    check_rank(rank)
-    r = ZmqAsyncReader(connect_timeout, C.SUB, address, bind=False,
-                       hwm=C.hwm_for(C.DEFAULT_READER_CAPACITY), rank=rank)
-    await _connect(r)
-    return r
+    plan = K.plan_broadcast_reader(address, rank, connect_timeout)
+    return await _open(ZmqAsyncReader, plan, connect_timeout)

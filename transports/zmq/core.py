@@ -13,9 +13,11 @@ from collections.abc import Generator, Sequence
 
 import zmq
 
-from transports._deadline import Deadline
+from transports._checks import check_args, check_num_readers, check_rank
+from transports._deadline import Deadline, check_timeout
 from transports.base import Message
 from transports.zmq import channel as C
+from transports.zmq.address import parse
 
 BACKOFF_FIRST = 0.001  # seconds; XPUB's wait for a slow reader doubles up to BACKOFF_MAX
 BACKOFF_MAX = 0.02
@@ -36,6 +38,42 @@ class Wait:
 
 
 
+class Plan:
+    """What an ``open_*`` builds, the same for every driver: a socket of ``kind`` that binds or
+    connects (``connect``: the opener waits for the handshake before it returns)."""
+
+    __slots__ = ("address", "bind", "connect", "hwm", "kind", "num_readers", "rank")
+
+    def __init__(self, kind: int, address: str | None, bind: bool, hwm: int,
+                 num_readers: int | None = None, rank: int | None = None) -> None:
+        self.kind, self.address, self.bind, self.hwm = kind, address, bind, hwm
+        self.num_readers, self.rank = num_readers, rank
+        self.connect = not bind and kind != C.XPUB
+
+
+def plan_writer(address: str | None, bind: bool, capacity: int, connect_timeout: float) -> Plan:
+    check_args(capacity, connect_timeout)
+    return Plan(C.PUSH, address, bind, C.hwm_for(capacity))
+
+
+def plan_reader(address: str | None, bind: bool, capacity: int, connect_timeout: float) -> Plan:
+    check_args(capacity, connect_timeout)
+    return Plan(C.PULL, address, bind, C.hwm_for(capacity))
+
+
+def plan_broadcast_writer(address: str | None, num_readers: int, capacity: int,
+                          connect_timeout: float) -> Plan:
+    check_args(capacity, connect_timeout)
+    check_num_readers(num_readers)
+    return Plan(C.XPUB, address, True, C.hwm_for(capacity), num_readers=num_readers)
+
+
+def plan_broadcast_reader(address: str | None, rank: int, connect_timeout: float) -> Plan:
+    check_timeout(connect_timeout, "connect_timeout")
+    check_rank(rank)
+    return Plan(C.SUB, address, False, C.hwm_for(C.DEFAULT_READER_CAPACITY), rank=rank)
+
+
 class ZmqCore:
     """One endpoint's protocol state: its ``Channel`` and the connect deadline, which starts at
     the first operation that has to wait for peers and is kept across operations."""
@@ -46,6 +84,19 @@ class ZmqCore:
         self.ch = ch
         self.connect_timeout = connect_timeout
         self.connect_deadline: Deadline | None = None
+
+    @classmethod
+    def open(cls, owner: object, plan: Plan, connect_timeout: float) -> ZmqCore:
+        """The channel ``plan`` describes (``owner``: the endpoint, whose collection removes an
+        ipc socket file)."""
+        addr = parse(plan.address, binding=plan.bind)
+        ch = C.Channel(owner, plan.kind, addr, bind=plan.bind, hwm=plan.hwm,
+                       num_readers=plan.num_readers, rank=plan.rank)
+        return cls(ch, connect_timeout)
+
+    def connecting(self) -> Generator[Wait, None, None]:
+        """A connecting endpoint's opener waits until the handshake with the binder is done."""
+        return self.ensure_ready(Deadline(self.connect_timeout), connecting=True)
 
     def settled(self, event: int) -> bool:
         """True when neither ``event`` on the data socket nor a monitor event is pending."""
@@ -126,4 +177,5 @@ def ready_timeout(ch: C.Channel, connect_deadline: Deadline, connect_timeout: fl
     return TimeoutError(f"timed out waiting for peers of {ch.url} ({what} connected so far)")
 
 
-__all__: Sequence[str] = ("Wait", "ZmqCore", "ready_timeout")
+__all__: Sequence[str] = ("Plan", "Wait", "ZmqCore", "plan_broadcast_reader",
+                         "plan_broadcast_writer", "plan_reader", "plan_writer", "ready_timeout")

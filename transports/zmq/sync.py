@@ -12,30 +12,26 @@ from typing import TypeVar
 import zmq
 
 from transports._buffers import message_views
-from transports._checks import check_args, check_num_readers, check_rank
-from transports._deadline import Deadline, check_timeout
-from transports._wakeup import Wakeup
+from transports._deadline import Deadline
+from transports._wakeup import BlockingClose, Wakeup
 from transports.base import Buffer, Endpoint, Message, SyncReader, SyncWriter
 from transports.errors import ChannelClosedError
 from transports.zmq import channel as C
-from transports.zmq.address import parse
-from transports.zmq.core import Wait, ZmqCore
+from transports.zmq import core as K
+from transports.zmq.core import Wait
 
 T = TypeVar("T")
+_B = TypeVar("_B", bound="_Base")
 
 TRACKER_POLL = 0.05  # seconds between close checks while zmq still reads a caller's buffer
 
 
-class _Base(Endpoint):
+class _Base(BlockingClose, Endpoint):
     _writer = False
 
-    def __init__(self, connect_timeout: float, kind: int, address: str | None, *, bind: bool,
-                 hwm: int, num_readers: int | None = None, rank: int | None = None) -> None:
-        addr = parse(address, binding=bind)
-        self._ch = ch = C.Channel(self, kind, addr, bind=bind, hwm=hwm, num_readers=num_readers,
-                                  rank=rank)
-        self._core = ZmqCore(ch, connect_timeout)
-        self._connect_timeout = connect_timeout
+    def __init__(self, plan: K.Plan, connect_timeout: float) -> None:
+        self._core = K.ZmqCore.open(self, plan, connect_timeout)
+        self._ch = ch = self._core.ch
         self._lock = threading.Lock()
         self._wake = Wakeup()
         self._closing = False
@@ -73,18 +69,9 @@ class _Base(Endpoint):
         if self._closing:
             raise ChannelClosedError(f"endpoint {self.address} was closed")
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closing = True
-        self._wake.signal()
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            ch = self._ch
-            live = ch.ready and ch.gone is None
-            self._ch.close(C.LINGER_MS if self._writer and live else 0)
+    def _release(self) -> None:
+        ch = self._ch
+        ch.close(C.LINGER_MS if self._writer and ch.ready and ch.gone is None else 0)
 
 
 class ZmqSyncWriter(_Base, SyncWriter):
@@ -133,47 +120,37 @@ class ZmqSyncReader(_Base, SyncReader):
             return self._run(self._core.recv(deadline, timeout))
 
 
-def _connect(endpoint: _Base) -> None:
+def _open(cls: type[_B], plan: K.Plan, connect_timeout: float) -> _B:
     """A connecting endpoint is returned only once the zmq handshake with the binder is done."""
-    try:
-        endpoint._run(endpoint._core.ensure_ready(Deadline(endpoint._connect_timeout),
-                                                  connecting=True))
-    except BaseException:
-        endpoint.close()
-        raise
+    endpoint = cls(plan, connect_timeout)
+    if plan.connect:
+        try:
+            endpoint._run(endpoint._core.connecting())
+        except BaseException:
+            endpoint.close()
+            raise
+    return endpoint
 
 
 def open_writer(address: str | None, *, bind: bool, capacity: int,
                 connect_timeout: float) -> ZmqSyncWriter:
-    check_args(capacity, connect_timeout)
-    w = ZmqSyncWriter(connect_timeout, C.PUSH, address, bind=bind, hwm=C.hwm_for(capacity))
-    if not bind:
-        _connect(w)
-    return w
+    plan = K.plan_writer(address, bind, capacity, connect_timeout)
+    return _open(ZmqSyncWriter, plan, connect_timeout)
 
 
 def open_reader(address: str | None, *, bind: bool, capacity: int,
                 connect_timeout: float) -> ZmqSyncReader:
-    check_args(capacity, connect_timeout)
-    r = ZmqSyncReader(connect_timeout, C.PULL, address, bind=bind, hwm=C.hwm_for(capacity))
-    if not bind:
-        _connect(r)
-    return r
+    plan = K.plan_reader(address, bind, capacity, connect_timeout)
+    return _open(ZmqSyncReader, plan, connect_timeout)
 
 
 def open_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
                           connect_timeout: float) -> ZmqSyncWriter:
-    check_args(capacity, connect_timeout)
-    check_num_readers(num_readers)
-    return ZmqSyncWriter(connect_timeout, C.XPUB, address, bind=True,
-                         hwm=C.hwm_for(capacity), num_readers=num_readers)
+    plan = K.plan_broadcast_writer(address, num_readers, capacity, connect_timeout)
+    return _open(ZmqSyncWriter, plan, connect_timeout)
 
 
 def open_broadcast_reader(address: str | None, rank: int, *,
                           connect_timeout: float) -> ZmqSyncReader:
-    check_timeout(connect_timeout, "connect_timeout")
-    check_rank(rank)
-    r = ZmqSyncReader(connect_timeout, C.SUB, address, bind=False,
-                      hwm=C.hwm_for(C.DEFAULT_READER_CAPACITY), rank=rank)
-    _connect(r)
-    return r
+    plan = K.plan_broadcast_reader(address, rank, connect_timeout)
+    return _open(ZmqSyncReader, plan, connect_timeout)

@@ -74,14 +74,14 @@ class HermesStream(StreamParser):
     def _stream_arguments(self) -> Parsed:
         """Send the start of the call once its name is known, then its arguments as they come
         (up to the object's closing brace)."""
-        out = Parsed(deltas=[])
+        deltas: list[CallDelta] = []
         if self._args is None:
             head = _HEAD.match(self._buf)
             if head is None:
-                return out
+                return Parsed(deltas=deltas)
             self._args = _ObjectScan(head.end())
             self._name = json.loads(head.group(1))
-            out.deltas.append(CallDelta(self._started, self._name, ""))
+            deltas.append(CallDelta(self._started, self._name, ""))
             self._started += 1
         # Never past the closing tag (or what may be its start): a malformed object that does
         # not close must not swallow it.
@@ -89,8 +89,8 @@ class HermesStream(StreamParser):
         limit = end if end >= 0 else len(self._buf) - held_prefix(self._buf, END)
         piece = self._args.scan(self._buf, limit)
         if piece:
-            out.deltas.append(CallDelta(self._started - 1, None, piece))
-        return out
+            deltas.append(CallDelta(self._started - 1, None, piece))
+        return Parsed(deltas=deltas)
 
     def _content(self, text: str) -> str:
         # Whitespace between and after calls is layout, not a message.
@@ -102,7 +102,7 @@ class HermesStream(StreamParser):
         except ValueError:
             call = None
         streamed = self._args is not None
-        if call is None and streamed and closed:
+        if call is None and self._args is not None and closed:
             # The model named the function and closed the tag, but the JSON around the
             # arguments is off (a small model drops the last brace): the call as written,
             # its arguments as sent (a client can tell them apart: they may not parse).

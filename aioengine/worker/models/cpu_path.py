@@ -18,24 +18,34 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
 from aioengine.worker.cbuild import KernelBuildError
+from aioengine.worker.models.layers import RMSNorm
+from aioengine.worker.models.spec import ModelSpec
 from aioengine.worker.ops import CpuOps, load_cpu_ops
 
-if TYPE_CHECKING:
-    from aioengine.worker.models.decoder import CausalLM
-
 logger = logging.getLogger(__name__)
+
+
+class DecoderModel(Protocol):
+    """What this path reads of the model (``decoder.CausalLM``, which imports this module)."""
+
+    spec: ModelSpec
+    device: torch.device
+    dtype: torch.dtype
+    layers: nn.ModuleList
+    norm: RMSNorm
 
 DISABLE_ENV = "AIOENGINE_CPU_OPS"
 """``0`` keeps the module path on CPU too."""
 
 
-def covers(model: CausalLM) -> str | None:
+def covers(model: DecoderModel) -> str | None:
     """None when the fast path runs this model, else why not."""
     spec = model.spec
     if model.device.type != "cpu" or model.dtype != torch.float32:
@@ -49,7 +59,7 @@ def covers(model: CausalLM) -> str | None:
     return None
 
 
-def load_for(model: CausalLM) -> CpuOps | None:
+def load_for(model: DecoderModel) -> CpuOps | None:
     reason = covers(model)
     if reason is not None:
         logger.debug("CPU layer ops off: %s", reason)
@@ -85,7 +95,7 @@ class _Layer:
 
 
 class CpuLayerPath:
-    def __init__(self, model: CausalLM, ops: CpuOps) -> None:
+    def __init__(self, model: DecoderModel, ops: CpuOps) -> None:
         self.model = model
         self.ops = ops
         self._layers: list[_Layer] | None = None

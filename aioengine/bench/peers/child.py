@@ -1,0 +1,142 @@
+"""Our side of the ``peers`` decode/prefill rows, in a fresh interpreter per measurement
+(``python -m aioengine.bench.peers SPEC``): torch is imported here, never in the suite's
+process."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+MARK = "PEERS-RESULTS "
+CHILD_TIMEOUT = 900.0
+X8_ENV = "AIOENGINE_QUANT_X8"
+"""``0``: quantized weights stay in the file's row layout (``QuantPolicy.x8`` off), for A/B;
+the same name as ``aioengine.worker.quant.weight.X8_ENV`` (not imported: it pulls torch)."""
+
+
+def ours_child(spec: dict, env: dict[str, str] | None = None) -> dict:
+    """Run ``measure(spec)`` in a fresh interpreter and return what it printed."""
+    proc = subprocess.run([sys.executable, "-m", "aioengine.bench.peers", json.dumps(spec)],
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"peers bench child failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr[-4000:]}")
+    return json.loads(lines[-1][len(MARK):])
+
+
+def read_bandwidth(mib: int = 512, reps: int = 5) -> float:
+    """GB/s of one streaming pass over ``mib`` MiB of float32, the best over 1..CPUs threads.
+    The pass is the float32 GEMV kernel's (a dot product per 16 KiB row: two flops per 4 bytes,
+    far below what the cores can do, so it runs at the read limit: 24 GB/s on one thread here
+    where a plain vector sum loop reached 25). torch's ``sum`` is not a bandwidth test: it
+    reached half of that."""
+    import torch
+
+    from aioengine.worker import gemv
+
+    kernel = gemv.GemvKernel(str(gemv.ensure_built()))
+    k = 4096
+    w = torch.ones(mib * 1024 * 1024 // 4 // k, k)
+    x = torch.ones(1, k)
+    best = 0.0
+    for threads in range(1, (os.cpu_count() or 1) + 1):
+        kernel(x, w, threads=threads)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            kernel(x, w, threads=threads)
+            times.append(time.perf_counter() - t0)
+        best = max(best, w.numel() * 4 / statistics.median(times) / 1e9)
+    return best
+
+
+def measure(spec: dict) -> dict:
+    """Batch-1 decode and one prefill of ``spec["model"]`` at ``spec["threads"]`` (None: the
+    engine's own default, as ``python -m aioengine.serve`` picks it), the weight bytes a decode
+    step reads, the threads the engine's linears ran on, how the weights are laid out, and the
+    machine's read bandwidth right after."""
+    import torch
+
+    from aioengine.bench.kernels import _OurModel
+    from aioengine.config import EngineConfig
+    from aioengine.worker.model_runner import ModelRunner
+
+    block, steps = 16, spec["decode_tokens"]
+    longest = max(spec["prefill_len"], 256 + steps + 8)
+    per_seq = -(-longest // block)
+    config = EngineConfig(model=spec["model"], block_size=block, num_kv_blocks=per_seq,
+                          max_num_seqs=1, num_threads=spec["threads"], dtype="float32",
+                          quantization=spec.get("quantization"))
+    runner = ModelRunner(config)
+    runner.allocate_kv_cache(per_seq)
+    ours = _OurModel(runner, per_seq)
+    vocab = runner.spec.vocab_size
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, vocab, (1, 256), generator=g).tolist()
+    ms = ours.decode_ms(prompt, 5, steps)
+    got: dict[str, Any] = {"decode_tok_s": 1000 / ms, **linear_threads(runner),
+                           **weight_layout(runner.model)}
+    if not spec.get("decode_only"):
+        pre = torch.randint(0, vocab, (1, spec["prefill_len"]), generator=g).tolist()
+        got["prefill_tok_s"] = ours.prefill_tokens_per_s(pre, 2)
+        got["read_gbytes_per_s"] = read_bandwidth(256)
+    got["weight_bytes"] = decode_read_bytes(runner.model)
+    return got
+
+
+def _quantized_weights(model: Any) -> list[Any]:
+    out = []
+    for module in model.modules():
+        for attr in ("qweight", "qhead"):
+            quantized = getattr(module, attr, None)
+            if quantized is not None:
+                out.append(quantized)
+    return out
+
+
+def linear_threads(runner: Any) -> dict[str, int]:
+    """The threads the engine's linears run on: the quantized kernels split rows over torch's
+    thread count (``QuantizedWeight.forward``), float32 decode linears over the GEMV pool's
+    (calibrated at load when ``num_threads`` is unset)."""
+    import torch
+
+    from aioengine.worker import gemv
+
+    quantized = bool(_quantized_weights(runner.model))
+    threads = torch.get_num_threads() if quantized or not runner.uses_gemv_kernel \
+        else gemv.threads()
+    return {"threads": threads, "torch_threads": torch.get_num_threads(),
+            "gemv_threads": gemv.threads()}
+
+
+def weight_layout(model: Any) -> dict[str, float]:
+    """Fractions of the quantized weights' bytes in the interleaved x8 layout and kept as float
+    rows (a tensor type without a kernel, or rows that are not whole blocks)."""
+    total = x8 = flt = 0
+    for w in _quantized_weights(model):
+        for s in w.segments:
+            total += s.data.nbytes
+            x8 += s.data.nbytes if s.x8 else 0
+            flt += s.data.nbytes if s.qtype is None else 0
+    return {"x8_fraction": x8 / total if total else 0.0,
+            "float_fraction": flt / total if total else 0.0}
+
+
+def decode_read_bytes(model: Any) -> int:
+    """Weight bytes a batch-1 decode step reads: every float parameter and quantized weight,
+    less the input embedding table (one row is looked up) unless the float head is that table."""
+    total = 0
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            total += p.numel() * p.element_size()
+    total += sum(q.nbytes for q in _quantized_weights(model))
+    embed = model.embed_tokens
+    if embed.weight is not None and (model.lm_head is not None or embed.qhead is not None):
+        total -= embed.weight.numel() * embed.weight.element_size()
+    return total
