@@ -8,6 +8,7 @@ other way round. Timeouts, close and cancellation are in the contract suite
 from __future__ import annotations
 
 import anyio
+import pytest
 
 import transports as T
 from tests.transports.conftest import run_on
@@ -91,3 +92,10 @@ def test_a_connecting_writer_and_a_binding_reader_under_trio(transport: str) -> 
             r.close()
 
     run_on("trio", body, 60)
+
+
+def test_async_backends_names_the_loops_each_transport_runs_on(transport: str) -> None:
+    url = {"zmq": "zmq+ipc://@x", "uds": "uds://@x", "shm": "shm://x"}[transport]
+    assert T.async_backends(transport) == T.async_backends(url) == ("asyncio", "trio")
+    with pytest.raises(T.AddressError, match="unknown transport"):
+        T.async_backends("carrier-pigeon://x")
