@@ -2,8 +2,8 @@
 ``EngineDeadError`` and every pending utility call fails with it, and so does every later call.
 
 Death is declared from three places: the supervisor's monitor thread (a child process died;
-hopped onto the client's loop here), the output task (the output channel closed under it), and
-an ``EngineFailure`` message or an undecodable frame (``EngineMessageRouter``).
+hopped onto the client's loop by its ``Backend``), the output task (the output channel closed
+under it), and an ``EngineFailure`` message or an undecodable frame (``EngineMessageRouter``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
 
+from aioengine.client.backend_types import Backend, CallFuture, Waker
 from aioengine.client.request_stream import RequestStream
 from aioengine.runtime.errors import EngineDeadError
 
@@ -23,16 +23,16 @@ class EngineDeath:
     """Holds no reference to the client, so the monitor thread's callback does not keep a
     dropped client alive."""
 
-    __slots__ = ("_calls", "_streams", "declared", "error", "loop", "quiet", "watching")
+    __slots__ = ("_calls", "_streams", "backend", "declared", "error", "quiet", "watching")
 
     def __init__(self, streams: Mapping[str, RequestStream],
-                 calls: Mapping[int, asyncio.Future[Any]]) -> None:
+                 calls: Mapping[int, CallFuture]) -> None:
         self._streams = streams
         self._calls = calls
         self.error: EngineDeadError | None = None
-        self.declared = asyncio.Event()
+        self.declared: Waker = asyncio.Event()
         """Set (on the client's loop) when the engine is declared dead."""
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.backend: Backend | None = None
         """The client's loop, where a death seen by the monitor thread is declared."""
         self.watching = False
         """True once the output task runs; before that, ``start()`` reports failures itself."""
@@ -61,15 +61,17 @@ class EngineDeath:
         err.__cause__ = dead
         return err
 
+    def bind(self, backend: Backend) -> None:
+        """The client starts on ``backend``'s loop: deaths are declared there from now on."""
+        self.backend = backend
+        if self.error is None:
+            self.declared = backend.event()
+
     def from_monitor_thread(self, error: EngineDeadError) -> None:
         """The supervisor's monitor thread saw a child die."""
-        loop = self.loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            loop.call_soon_threadsafe(self._on_child_death, error)
-        except RuntimeError:
-            pass  # the loop closed in between; nothing is left to notify
+        backend = self.backend
+        if backend is not None:
+            backend.call_soon_threadsafe(self._on_child_death, error)
 
     def _on_child_death(self, error: EngineDeadError) -> None:
         if self.watching:

@@ -4,13 +4,12 @@ results to their calls' futures, an ``EngineFailure`` to the client's ``EngineDe
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import msgspec
 
+from aioengine.client.backend_types import CallFuture
 from aioengine.client.engine_death import EngineDeath
 from aioengine.client.request_stream import RequestStream
 from aioengine.messages.engine_io import EngineFailure, EngineMessage, StepOutputs, UtilityResult
@@ -21,7 +20,7 @@ class EngineMessageRouter:
     __slots__ = ("_by_wire", "_calls", "_death", "_decoder")
 
     def __init__(self, by_wire: Mapping[str, RequestStream],
-                 calls: dict[int, asyncio.Future[Any]], death: EngineDeath) -> None:
+                 calls: dict[int, CallFuture], death: EngineDeath) -> None:
         self._by_wire = by_wire  # the client's open streams, by the id the engine knows
         self._calls = calls  # the client's pending utility calls, by call id
         self._death = death

@@ -8,7 +8,7 @@ engine-facing pair itself.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from aioengine.client.backend_types import Backend
 from aioengine.config import EngineConfig
 from aioengine.hub import ResolvedModel, resolve_model
 from aioengine.messages.launch import DETOK_TARGET, ENGINE_TARGET, DetokLaunch, EngineLaunch
@@ -74,11 +75,11 @@ class EngineProcess:
     def tokenizer_path(self) -> str:
         return self.resolved.tokenizer_path
 
-    async def close(self) -> None:
+    async def close(self, backend: Backend) -> None:
         """Close our channels first (the engine sees its peer go and leaves its loop at once),
-        then stop the processes (in a thread: it joins them)."""
+        then stop the processes (in a thread of ``backend``'s: it joins them)."""
         close_quietly(self.requests, self.outputs)
-        await asyncio.to_thread(self.supervisor.shutdown)
+        await backend.to_thread(self.supervisor.shutdown)
 
     def close_sync(self) -> None:
         """For a ``weakref.finalize`` when the owner forgot to shut down."""
@@ -110,12 +111,14 @@ def channel_urls(transport: str) -> tuple[str, str]:
     return transport, transport + "-out"
 
 
-async def launch_engine(config: EngineConfig,
-                        on_death: Callable[[EngineDeadError], None]) -> EngineProcess:
-    """Everything ``AsyncMPClient.start`` needs; on failure nothing is left running or bound."""
+async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadError], None],
+                        backend: Backend) -> EngineProcess:
+    """Everything ``AsyncMPClient.start`` needs; on failure nothing is left running or bound.
+    Blocking steps run in ``backend``'s worker threads."""
+    to_thread = backend.to_thread
     try:
-        resolved = await asyncio.to_thread(resolve_model, config.model, config.tokenizer,
-                                           require_tokenizer=True)
+        resolved = await to_thread(functools.partial(resolve_model, require_tokenizer=True),
+                                   config.model, config.tokenizer)
     except (FileNotFoundError, ValueError) as e:
         raise EngineStartupError(f"cannot start an engine for model {config.model!r}: {e}") \
             from e
@@ -135,7 +138,7 @@ async def launch_engine(config: EngineConfig,
         if config.detokenize_in == "process":
             detok = DetokLaunch(resolved.tokenizer_path, requests.address, outputs.address,
                                 req_url)
-            payload = await asyncio.to_thread(
+            payload = await to_thread(
                 supervisor.start, [ChildSpec(DETOK_NAME, DETOK_TARGET,
                                              msgspec.msgpack.encode(detok))],
                 config.startup_timeout)
@@ -144,14 +147,15 @@ async def launch_engine(config: EngineConfig,
         launch = EngineLaunch(config.to_msgpack(), engine_in, engine_out)
         spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode())
         if config.detokenize_in == "process":
-            await asyncio.to_thread(supervisor.spawn, spec)
-            payload = await asyncio.to_thread(supervisor.wait_ready, config.startup_timeout,
+            await to_thread(supervisor.spawn, spec)
+            payload = await to_thread(supervisor.wait_ready, config.startup_timeout,
                                               [ENGINE_NAME])
         else:
-            payload = await asyncio.to_thread(supervisor.start, [spec], config.startup_timeout)
+            payload = await to_thread(supervisor.start, [spec], config.startup_timeout)
         ready = EngineReady.from_payload(payload[ENGINE_NAME])
     except BaseException:
-        await asyncio.to_thread(supervisor.shutdown)
+        with backend.shielded():  # under trio, a cancelled start still stops what it started
+            await to_thread(supervisor.shutdown)
         close_quietly(requests, outputs)
         raise
     return EngineProcess(supervisor, requests, outputs, ready, resolved)

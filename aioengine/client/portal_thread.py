@@ -1,4 +1,5 @@
-"""An anyio blocking portal on an asyncio loop in a daemon thread, for the blocking clients.
+"""An anyio blocking portal on an event loop (asyncio's, or trio's) in a daemon thread, for the
+blocking clients.
 
 Like ``anyio.from_thread.start_blocking_portal``, except for an interrupt (Ctrl-C's
 ``KeyboardInterrupt``) that lands while the loop is starting: anyio (4.16) then leaves its
@@ -21,7 +22,8 @@ START_WAIT = 30.0  # s: a loop that is not up by then was never started
 class PortalThread:
     """``portal`` is ready when the constructor returns; ``close()`` stops the loop."""
 
-    def __init__(self, backend_options: dict[str, Any] | None = None) -> None:
+    def __init__(self, backend_options: dict[str, Any] | None = None,
+                 backend: str = "asyncio") -> None:
         started: Future[BlockingPortal] = Future()
 
         async def serve() -> None:
@@ -31,7 +33,7 @@ class PortalThread:
 
         def run() -> None:
             try:
-                anyio.run(serve, backend="asyncio", backend_options=backend_options)
+                anyio.run(serve, backend=backend, backend_options=backend_options)
             except BaseException as exc:  # the loop could not start: tell the waiter
                 if not started.done():
                     started.set_exception(exc)
@@ -61,6 +63,9 @@ class PortalThread:
         """Stop the portal (cancelling tasks still running on it, if asked) and its thread."""
         try:
             self.portal.call(self.portal.stop, cancel_remaining)
-        except RuntimeError:  # already stopped
-            pass
+        except RuntimeError as e:
+            if "not running" not in str(e):
+                # Not reached at all (trio refuses blocking calls from a thread that runs a
+                # trio loop itself): joining would wait forever.
+                raise
         self._thread.join()

@@ -6,13 +6,15 @@ blocking portal, so there is one implementation of streams, aborts and engine de
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 
 from aioengine.client.async_client import AsyncMPClient
+from aioengine.client.backends import BACKENDS, check_transport
 from aioengine.client.chat_template import ChatMessage
 from aioengine.client.inputs import Prompt
 from aioengine.client.outputs import RequestOutput
@@ -27,9 +29,16 @@ from aioengine.runtime.supervisor_guard import check_main_is_guarded
 T = TypeVar("T")
 
 
+def in_trio_run() -> bool:
+    """True on a thread that runs a trio loop (trio is imported only if something has)."""
+    trio = sys.modules.get("trio")
+    return trio is not None and bool(trio.lowlevel.in_trio_run())
+
+
 class SyncMPClient:
     """The multiprocess engine for blocking code: an ``AsyncMPClient`` driven on its own event
-    loop in a background thread. Starting happens in the constructor; use it as a context
+    loop in a background thread (asyncio's by default; ``backend="trio"`` runs it under trio,
+    ``use_uvloop=True`` on uvloop). Starting happens in the constructor; use it as a context
     manager or call ``shutdown()``. ``KeyboardInterrupt`` (Ctrl-C) during a call or a
     ``stream`` cancels its work on that loop, which aborts its requests in the engine, and then
     propagates; the client stays usable.
@@ -41,9 +50,23 @@ class SyncMPClient:
                 print(out.delta_text, end="")
     """
 
-    def __init__(self, config: EngineConfig | None = None, *, use_uvloop: bool = False) -> None:
+    def __init__(self, config: EngineConfig | None = None, *, use_uvloop: bool = False,
+                 backend: Literal["asyncio", "trio"] = "asyncio") -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if backend != "asyncio" and use_uvloop:
+            raise ValueError("use_uvloop=True runs the client on asyncio's loop (uvloop): it "
+                             f"needs backend='asyncio', got {backend!r}")
+        if config is not None and isinstance(config, EngineConfig):
+            check_transport(config.transport, backend)  # before a thread is started
+        if backend == "trio" and in_trio_run():
+            raise RuntimeError(
+                "SyncMPClient(backend='trio') blocks, and trio refuses blocking calls into its "
+                "loop from a thread that runs a trio loop itself: in a trio program use "
+                "AsyncMPClient, or this client from a worker thread (trio.to_thread.run_sync)")
         check_main_is_guarded()  # on the caller's thread, where the child can exit cleanly
-        self._loop_thread = PortalThread({"use_uvloop": use_uvloop})
+        options = {"use_uvloop": use_uvloop} if backend == "asyncio" else {}
+        self._loop_thread = PortalThread(options, backend)
         self._portal = self._loop_thread.portal
         self._client = AsyncMPClient(config)
         self._lock = threading.Lock()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import sniffio
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders
 
@@ -63,13 +64,16 @@ _pool_lock = threading.Lock()
 
 async def run_long_text(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """``fn(*args, **kwargs)`` in the long-text pool (``LONG_TEXT_WORKERS`` threads), awaited
-    from the event loop."""
+    from the event loop (asyncio's or trio's)."""
     global _pool
     with _pool_lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(LONG_TEXT_WORKERS, thread_name_prefix="aioengine-text")
-    return await asyncio.get_running_loop().run_in_executor(
-        _pool, functools.partial(fn, *args, **kwargs))
+    call = functools.partial(fn, *args, **kwargs)
+    if sniffio.current_async_library() != "asyncio":
+        from aioengine.client.trio_backend import wait_concurrent
+        return await wait_concurrent(_pool.submit(call))
+    return await asyncio.get_running_loop().run_in_executor(_pool, call)
 
 # Safe for a lower bound on the token count (see ``Tokenizer.max_token_bytes``): pre-tokenizers
 # that split text or map it byte for byte but drop nothing (Whitespace and BertPreTokenizer drop

@@ -6,6 +6,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from aioengine import EngineConfig, SyncMPClient
+from tests.client.run_on import CASE_IDS, CLIENT_CASES
 from tests.client.tokenizer_fixtures import byte_level_bpe, metaspace_bpe, write_tokenizer_dir
 
 
@@ -36,10 +37,12 @@ def tiny_config(transport: str = "shm", **kw: object) -> EngineConfig:
     return EngineConfig(**base)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module", params=TRANSPORTS)
+@pytest.fixture(scope="module", params=CLIENT_CASES, ids=CASE_IDS)
 def mp_client(request: pytest.FixtureRequest) -> Iterator[SyncMPClient]:
-    """A started client; tests run coroutines on its loop with ``call_async``."""
-    client = SyncMPClient(tiny_config(request.param))
+    """A started client on each (transport, event-loop backend) case; tests run coroutines on
+    its loop with ``call_async`` (written with anyio, so they run on asyncio and trio)."""
+    transport, backend = request.param
+    client = SyncMPClient(tiny_config(transport), backend=backend)
     try:
         yield client
     finally:

@@ -1,19 +1,22 @@
 """Engine death: a SIGKILLed engine or worker fails every open stream with EngineDeadError
 quickly, later calls fail at once, and nothing is left behind (the autouse leak check in
-tests/conftest.py fails the test on any leftover process, socket file or /dev/shm segment)."""
+tests/conftest.py fails the test on any leftover process, socket file or /dev/shm segment).
+On asyncio and under trio (``anyio.run``)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
 
+import anyio
 import psutil
 import pytest
 
 from aioengine import AsyncMPClient, EngineDeadError, EngineStartupError, SamplingParams
-from tests.client.conftest import TRANSPORTS, tiny_config
+from aioengine.client.backends import has_driver
+from tests.client.conftest import tiny_config
+from tests.client.run_on import BACKENDS, CASE_IDS, CLIENT_CASES
 
 # The contract is 1 s; the bound is generous because the test box is shared and loaded.
 DEATH_BOUND = 3.0
@@ -23,22 +26,26 @@ LONG = SamplingParams(max_tokens=2000, temperature=0.0, ignore_eos=True)
 async def kill_mid_stream(client: AsyncMPClient, victim_pid: int, n: int = 8) -> list[float]:
     """Start ``n`` streams, SIGKILL ``victim_pid`` once all are flowing; seconds from the kill
     to each stream's EngineDeadError."""
-    flowing = [asyncio.Event() for _ in range(n)]
+    flowing = [anyio.Event() for _ in range(n)]
     failed_at: list[float] = []
+    results: list[object] = [None] * n
 
     async def consume(i: int) -> None:
         try:
             async for _ in client.generate(f"stream {i} keeps going", LONG):
                 flowing[i].set()
-        except EngineDeadError:
+        except EngineDeadError as e:
             failed_at.append(time.monotonic())
-            raise
+            results[i] = e
 
-    tasks = [asyncio.create_task(consume(i)) for i in range(n)]
-    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in flowing)), 120)
-    killed_at = time.monotonic()
-    os.kill(victim_pid, signal.SIGKILL)
-    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+    with anyio.fail_after(150):
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(consume, i)
+            for e in flowing:
+                await e.wait()
+            killed_at = time.monotonic()
+            os.kill(victim_pid, signal.SIGKILL)
     assert all(isinstance(r, EngineDeadError) for r in results), results
     return [t - killed_at for t in failed_at]
 
@@ -56,15 +63,16 @@ async def assert_dead_now(client: AsyncMPClient) -> None:
     assert time.monotonic() - t0 < 0.5  # at once, no waiting on a dead engine
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_engine_sigkill(transport: str) -> None:
+@pytest.mark.parametrize(("transport", "backend"), CLIENT_CASES, ids=CASE_IDS)
+def test_engine_sigkill(transport: str, backend: str) -> None:
     async def main() -> list[float]:
         async with AsyncMPClient(tiny_config(transport)) as client:
+            assert client.backend == backend
             delays = await kill_mid_stream(client, client.process_ids["aioengine-engine"])
             await assert_dead_now(client)
             return delays
 
-    delays = asyncio.run(main())
+    delays = anyio.run(main, backend=backend)
     assert len(delays) == 8 and max(delays) < DEATH_BOUND, delays
 
 
@@ -79,11 +87,12 @@ def test_worker_sigkill_with_tensor_parallelism() -> None:
             await assert_dead_now(client)
             return delays
 
-    delays = asyncio.run(main())
+    delays = anyio.run(main)
     assert len(delays) == 8 and max(delays) < DEATH_BOUND, delays
 
 
-def test_missing_model_path(tmp_path) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_missing_model_path(tmp_path, backend: str) -> None:
     missing = str(tmp_path / "no-such-model")
 
     async def main() -> None:
@@ -92,11 +101,12 @@ def test_missing_model_path(tmp_path) -> None:
 
     t0 = time.monotonic()
     with pytest.raises(EngineStartupError, match="no-such-model"):
-        asyncio.run(main())
+        anyio.run(main, backend=backend)
     assert time.monotonic() - t0 < 10
 
 
-def test_not_started_and_shut_down() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_not_started_and_shut_down(backend: str) -> None:
     async def main() -> None:
         client = AsyncMPClient(tiny_config())
         with pytest.raises(RuntimeError, match="not started"):
@@ -107,4 +117,19 @@ def test_not_started_and_shut_down() -> None:
         with pytest.raises(RuntimeError, match="shut down"):
             await client.start()
 
-    asyncio.run(main())
+    anyio.run(main, backend=backend)
+
+
+@pytest.mark.parametrize("transport", ["zmq", "uds", "uds:///tmp/aioengine-x"])
+def test_transport_without_a_trio_driver_is_named(transport: str) -> None:
+    """Under trio a transport whose endpoints have no trio driver is refused before anything
+    starts, by name (not with asyncio's "no running event loop" from deep inside)."""
+    if has_driver(transport.partition("://")[0], "trio"):
+        pytest.skip(f"{transport} has a trio driver: CLIENT_CASES run it under trio")
+
+    async def main() -> None:
+        async with AsyncMPClient(tiny_config(transport)):
+            pass
+
+    with pytest.raises(ValueError, match=f"transport '{transport}' has no trio driver"):
+        anyio.run(main, backend="trio")

@@ -4,7 +4,6 @@ loops clearly, bytes are not prompts, and a shut-down client cannot be restarted
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 import signal
@@ -14,11 +13,14 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio
 import psutil
 import pytest
 
 from aioengine import LLM, AsyncMPClient, EngineStats, SamplingParams, SyncMPClient
+from aioengine.client.backends import has_driver
 from tests.client.conftest import tiny_config
+from tests.client.run_on import BACKENDS
 
 # Longer than any test waits: these requests only end by an interrupt or an abort.
 LONG = SamplingParams(max_tokens=480, temperature=0.0, ignore_eos=True)
@@ -142,10 +144,16 @@ def test_another_event_loop_is_refused_clearly(llm: LLM) -> None:
 
     calls: list[Callable[[], Any]] = [stream, owned.get_stats, lambda: owned.abort("nope"),
                                       owned.shutdown]
-    for call in calls:
-        # wait_for: without the check, a stream here is never woken and would hang.
-        with pytest.raises(RuntimeError, match="event loop other than the one it was started"):
-            asyncio.run(asyncio.wait_for(call(), 10))
+    async def bounded(call: Callable[[], Any]) -> None:
+        # fail_after: without the check, a stream here is never woken and would hang.
+        with anyio.fail_after(10):
+            await call()
+
+    for backend in BACKENDS:  # another asyncio loop, or a trio run
+        for call in calls:
+            with pytest.raises(RuntimeError,
+                               match="event loop other than the one it was started"):
+                anyio.run(bounded, call, backend=backend)
     assert not owned.is_dead  # the refused shutdown did nothing
     assert [o.finished for o in client.stream("still fine", SHORT)][-1]
     assert settle(client).num_running == 0
@@ -160,7 +168,8 @@ def engine_gone(pid: int, timeout: float) -> bool:
     return False
 
 
-def test_dropped_client_is_collected_and_stops_its_engine() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dropped_client_is_collected_and_stops_its_engine(backend: str) -> None:
     async def run() -> tuple[bool, bool, list[str]]:
         client = AsyncMPClient(tiny_config("shm"))
         await client.start()
@@ -173,26 +182,66 @@ def test_dropped_client_is_collected_and_stops_its_engine() -> None:
         collected = ref() is None
         if not collected:  # clean up for the leak check, then fail below
             await ref().shutdown()  # type: ignore[union-attr]
-        await asyncio.sleep(0.2)  # the output task sees its channel closed
-        left = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        await anyio.sleep(0.2)  # the output task sees its channel closed
+        # Every task the client starts is named aioengine-* (trio: system tasks).
+        left = [t.name for t in anyio.get_running_tasks() if "aioengine" in t.name]
         return collected, engine_gone(pid, 10), left
 
-    collected, gone, tasks_left = asyncio.run(run())
+    collected, gone, tasks_left = anyio.run(run, backend=backend)
     assert collected, "the dropped client is still referenced"
     assert gone, "the dropped client's engine is still running"
     assert tasks_left == []
 
 
-def test_shutdown_from_a_later_loop_then_no_restart() -> None:
-    """``asyncio.run(start())`` then ``asyncio.run(shutdown())``: the first loop is closed, so
-    the second stops the engine itself; a shut-down client refuses ``start()``."""
+@pytest.mark.parametrize(("first", "later"), [("asyncio", "asyncio"), ("trio", "trio"),
+                                              ("trio", "asyncio")])
+def test_shutdown_from_a_later_loop_then_no_restart(first: str, later: str) -> None:
+    """``run(start())`` then ``run(shutdown())``: the first loop (or trio run) is over, so the
+    second stops the engine itself; a shut-down client refuses ``start()``."""
     client = AsyncMPClient(tiny_config("shm"))
-    asyncio.run(client.start())
+    anyio.run(client.start, backend=first)
+    assert client.backend == first
     pid = client.process_ids["aioengine-engine"]
     with pytest.raises(RuntimeError, match="event loop other than"):
-        asyncio.run(client.get_stats())  # the owning loop is gone: refused, not hung
-    asyncio.run(client.shutdown())
+        anyio.run(client.get_stats, backend=later)  # the owning loop is gone: refused, not hung
+    anyio.run(client.shutdown, backend=later)
     assert client.is_dead and engine_gone(pid, 10)
     with pytest.raises(RuntimeError, match="was shut down; create a new one"):
-        asyncio.run(client.start())
-    asyncio.run(client.shutdown())  # still idempotent
+        anyio.run(client.start, backend=later)
+    anyio.run(client.shutdown, backend=later)  # still idempotent
+
+
+def test_llm_in_a_trio_program() -> None:
+    """``LLM`` (blocking: its client runs on a loop of its own in a thread) called from a trio
+    program, directly and from a worker thread; and a ``SyncMPClient`` whose own loop is trio."""
+    prompts = ["one", "two"]
+
+    async def main() -> tuple[list[list[int]], list[list[int]], list[int]]:
+        with LLM(tiny_config("shm")) as llm:
+            direct = [o.token_ids for o in llm.generate(prompts, SHORT, use_tqdm=False)]
+            threaded = await anyio.to_thread.run_sync(
+                lambda: [o.token_ids for o in llm.generate(prompts, SHORT, use_tqdm=False)])
+        with pytest.raises(RuntimeError, match="in a trio program use AsyncMPClient"):
+            SyncMPClient(tiny_config("shm"), backend="trio")  # on trio's own thread
+
+        def in_a_thread() -> list[int]:
+            with SyncMPClient(tiny_config("shm"), backend="trio") as sync:
+                assert sync.async_client.backend == "trio"
+                return [o for o in sync.stream("one", SHORT)][-1].token_ids
+
+        streamed = await anyio.to_thread.run_sync(in_a_thread)
+        return direct, threaded, streamed
+
+    direct, threaded, streamed = anyio.run(main, backend="trio")
+    assert direct == threaded and len(direct[0]) == 4
+    assert streamed == direct[0]
+
+
+def test_sync_client_backend_errors() -> None:
+    with pytest.raises(ValueError, match="backend must be one of"):
+        SyncMPClient(tiny_config("shm"), backend="curio")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"use_uvloop=True .* needs backend=.asyncio."):
+        SyncMPClient(tiny_config("shm"), backend="trio", use_uvloop=True)
+    if not has_driver("zmq", "trio"):  # refused before a thread or an engine starts
+        with pytest.raises(ValueError, match="transport 'zmq' has no trio driver"):
+            SyncMPClient(tiny_config("zmq"), backend="trio")

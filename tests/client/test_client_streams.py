@@ -1,16 +1,18 @@
-"""AsyncMPClient end to end on every transport: concurrent streams, cancellation, aborts, stop
-strings, chat, and input errors raised before anything is sent."""
+"""AsyncMPClient end to end on every transport, and under trio (``mp_client``'s cases):
+concurrent streams, cancellation, aborts, stop strings, chat, and input errors raised before
+anything is sent."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 
+import anyio
 import pytest
 
 from aioengine import LLM, AsyncMPClient, RequestOutput, SamplingParams, SyncMPClient
 from tests.client.conftest import tiny_config
+from tests.client.run_on import gather
 
 N_STREAMS = 200
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
@@ -45,14 +47,15 @@ async def settle(client: AsyncMPClient, timeout: float = 10.0) -> object:
         stats = await client.get_stats()
         if (stats.num_running, stats.num_waiting) == (0, 0) or time.monotonic() > deadline:
             return stats
-        await asyncio.sleep(0.05)
+        await anyio.sleep(0.05)
 
 
 def test_concurrent_streams_match_llm(mp_client: SyncMPClient,
                                       reference: list[RequestOutput]) -> None:
     async def run() -> list[tuple[list[RequestOutput], str]]:
         client = mp_client.async_client
-        return await asyncio.gather(*(collect(client, p, GREEDY) for p in prompts(N_STREAMS)))
+        return await gather(*(lambda p=p: collect(client, p, GREEDY)
+                              for p in prompts(N_STREAMS)))
 
     results = mp_client.call_async(run)
     for (outs, text), ref in zip(results, reference, strict=True):
@@ -71,19 +74,28 @@ def test_cancel_half_frees_everything(mp_client: SyncMPClient) -> None:
         # The half to cancel runs long enough that no stream can finish before its cancel.
         short = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
         long = SamplingParams(max_tokens=1000, temperature=0.0, ignore_eos=True)
-        started = [asyncio.Event() for _ in range(40)]
+        started = [anyio.Event() for _ in range(40)]
+        scopes = [anyio.CancelScope() for _ in range(40)]
+        results: list[str] = [""] * 40
 
         async def consume(i: int) -> None:
-            async for _ in client.generate(prompts(40)[i], long if i % 2 == 0 else short):
-                started[i].set()
+            with scopes[i]:
+                async for _ in client.generate(prompts(40)[i], long if i % 2 == 0 else short):
+                    started[i].set()
+                results[i] = "finished"
+            if scopes[i].cancelled_caught:
+                results[i] = "cancelled"
 
-        tasks = [asyncio.create_task(consume(i)) for i in range(40)]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started[::2])), 60)
-        for t in tasks[::2]:
-            t.cancel()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        assert all(isinstance(r, asyncio.CancelledError) for r in results[::2])
-        assert all(r is None for r in results[1::2])
+        with anyio.fail_after(90):
+            async with anyio.create_task_group() as tg:
+                for i in range(40):
+                    tg.start_soon(consume, i)
+                for e in started[::2]:
+                    await e.wait()
+                for scope in scopes[::2]:
+                    scope.cancel()
+        assert results[::2] == ["cancelled"] * 20
+        assert results[1::2] == ["finished"] * 20
         return await settle(client)
 
     stats = mp_client.call_async(run)

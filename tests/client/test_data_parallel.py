@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 
 from aioengine import AsyncMPClient, EngineConfig, RequestOutput, SamplingParams
@@ -18,7 +19,8 @@ from aioengine.client.dp.replicas import (
     replica_transport,
     threads_per_replica,
 )
-from tests.client.conftest import TRANSPORTS, tiny_config
+from tests.client.conftest import tiny_config
+from tests.client.run_on import CASE_IDS, CLIENT_CASES, gather
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 PROMPTS = [f"request number {i} says hello to the replicas" for i in range(8)]
@@ -34,11 +36,11 @@ async def run_all(client: AsyncMPClient, prompts: list[str]) -> list[list[int]]:
     async def one(p: str) -> list[int]:
         return (await final(client.generate(p, GREEDY))).token_ids
 
-    return list(await asyncio.gather(*(one(p) for p in prompts)))
+    return list(await gather(*(lambda p=p: one(p) for p in prompts)))
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_two_replicas_match_one_engine_and_share_the_load(transport: str) -> None:
+@pytest.mark.parametrize(("transport", "backend"), CLIENT_CASES, ids=CASE_IDS)
+def test_two_replicas_match_one_engine_and_share_the_load(transport: str, backend: str) -> None:
     async def main() -> None:
         async with AsyncMPClient(tiny_config(transport)) as one:
             expected = await run_all(one, PROMPTS)
@@ -47,6 +49,7 @@ def test_two_replicas_match_one_engine_and_share_the_load(transport: str) -> Non
             assert await run_all(two, PROMPTS) == expected
             stats = await two.get_stats()
             await two.check_health()
+            assert len(await two.reset_prefix_cache()) == 2
         assert stats.data_parallel_size == 2 and stats.replicas_alive == 2
         assert stats.replicas is not None and len(stats.replicas) == 2
         per = [s.num_requests_finished_total for s in stats.replicas if s is not None]
@@ -54,7 +57,7 @@ def test_two_replicas_match_one_engine_and_share_the_load(transport: str) -> Non
         assert min(per) >= 2, per  # both replicas served a fair share
         assert stats.kv_blocks_total == 2 * 512  # the total sums the replicas
 
-    asyncio.run(main())
+    anyio.run(main, backend=backend)
 
 
 def test_a_repeated_prefix_goes_to_the_replica_that_caches_it() -> None:

@@ -41,7 +41,7 @@ async def kill_one_replica(client: AsyncMPClient, params: SamplingParams, n: int
 
     tasks = [asyncio.create_task(consume(i)) for i in range(n)]
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in flowing)), 120)
-    replica_of = [s.replica for s in client._by_wire.values()]
+    replica_of = [s.replica for s in client._link.by_wire.values()]
     assert sorted(replica_of) == [0] * (n // 2) + [1] * (n // 2)  # least loaded: even
     killed_at = time.monotonic()
     os.kill(client.process_ids["aioengine-engine-1"], signal.SIGKILL)
@@ -56,7 +56,7 @@ def test_a_dead_replica_kills_the_client_by_default(transport: str) -> None:
         async with AsyncMPClient(tiny_config(transport, data_parallel_size=2)) as client:
             results, _, delay = await kill_one_replica(client, LONG)
             assert all(isinstance(r, EngineDeadError) for r in results), results
-            assert "replica 1" in str(client._death.error)
+            assert "replica 1" in str(client._link.death.error)
             await assert_dead_now(client)
             return delay
 

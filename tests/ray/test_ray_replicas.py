@@ -56,10 +56,10 @@ def test_both_nodes_serve_over_tcp_and_match_the_local_path(cluster: Any) -> Non
                                             transport="zmq")) as local:
             expected = await greedy(local, PROMPTS)
         async with AsyncMPClient(ray_config()) as client:
-            nodes = {r.engine.supervisor.node_id for r in client._replicas}
+            nodes = {r.engine.supervisor.node_id for r in client._link.replicas}
             assert len(nodes) == 2, nodes  # one replica per node
             assert all(r.engine.requests.address.startswith("zmq+tcp://")
-                       for r in client._replicas)
+                       for r in client._link.replicas)
             assert await greedy(client, PROMPTS) == expected
             stats = await client.get_stats()
             assert stats.replicas is not None
@@ -75,7 +75,7 @@ def test_removing_a_node_fails_only_its_requests(cluster: Any) -> None:
     async def main() -> None:
         async with AsyncMPClient(ray_config(replica_failure="degrade")) as client:
             head = ray.get_runtime_context().get_node_id()
-            victim = next(r for r in client._replicas if r.engine.supervisor.node_id != head)
+            victim = next(r for r in client._link.replicas if r.engine.supervisor.node_id != head)
             node = next(n for n in cluster.list_all_nodes()
                         if n.node_id == victim.engine.supervisor.node_id)
             long = SamplingParams(max_tokens=150, temperature=0.0, ignore_eos=True)

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from typing import Any
 
+from aioengine.client.asyncio_backend import AsyncioBackend
 from aioengine.client.dp.replicas import Replica, replica_transport
 from aioengine.client.launch import (
     ENGINE_NAME,
@@ -94,7 +95,7 @@ class RayEngineHandle:
 
 
 async def launch_ray_replicas(config: EngineConfig, replicas: list[Replica],
-                              loop: asyncio.AbstractEventLoop) -> list[EngineProcess]:
+                              backend: AsyncioBackend) -> list[EngineProcess]:
     """Place and start every replica; on any failure none is left (actors, groups, channels)."""
     ray = import_ray()
     if not ray.is_initialized():  # RAY_ADDRESS names a cluster, else a local one is started
@@ -105,14 +106,13 @@ async def launch_ray_replicas(config: EngineConfig, replicas: list[Replica],
     except (FileNotFoundError, ValueError) as e:
         raise EngineStartupError(f"cannot start an engine for model {config.model!r}: {e}") \
             from e
-    for r in replicas:
-        r.death.loop = loop
+    loop = backend.loop
     results = await asyncio.gather(*(_launch_one(ray, config, r, resolved) for r in replicas),
                                    return_exceptions=True)
     started = [e for e in results if isinstance(e, EngineProcess)]
     failures = [e for e in results if isinstance(e, BaseException)]
     if failures:
-        await asyncio.gather(*(e.close() for e in started), return_exceptions=True)
+        await asyncio.gather(*(e.close(backend) for e in started), return_exceptions=True)
         raise failures[0]
     for replica, engine in zip(replicas, started, strict=True):
         replica.engine = engine

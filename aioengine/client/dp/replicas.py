@@ -9,16 +9,16 @@ that replica's streams and calls only, then tells the client, which either decla
 
 from __future__ import annotations
 
-import asyncio
 import os
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from aioengine.client.backend_types import Backend, CallFuture
 from aioengine.client.dp.router import ReplicaLoad
 from aioengine.client.engine_death import EngineDeath
 from aioengine.client.engine_messages import EngineMessageRouter
-from aioengine.client.launch import EngineProcess, launch_engine
+from aioengine.client.launch import EngineProcess
 from aioengine.client.request_stream import RequestStream
 from aioengine.config import EngineConfig
 from aioengine.runtime.errors import EngineDeadError
@@ -27,14 +27,14 @@ from aioengine.runtime.errors import EngineDeadError
 class Replica:
     __slots__ = ("calls", "death", "engine", "index", "load", "router", "send_lock")
 
-    def __init__(self, index: int, death: EngineDeath, calls: dict[int, asyncio.Future[Any]],
-                 by_wire: Mapping[str, RequestStream]) -> None:
+    def __init__(self, index: int, death: EngineDeath, calls: dict[int, CallFuture],
+                 by_wire: Mapping[str, RequestStream], backend: Backend) -> None:
         self.index = index
         self.death = death
         self.calls = calls  # this replica's pending utility calls (its death fails them)
         self.router = EngineMessageRouter(by_wire, calls, death)
         self.load = ReplicaLoad()
-        self.send_lock = asyncio.Lock()
+        self.send_lock = backend.lock()
         self.engine: EngineProcess | None = None
 
 
@@ -44,7 +44,7 @@ class ReplicaDeath(EngineDeath):
     __slots__ = ("_index", "_on_declared")
 
     def __init__(self, index: int, streams: Mapping[str, RequestStream],
-                 calls: Mapping[int, asyncio.Future[Any]],
+                 calls: Mapping[int, CallFuture],
                  on_declared: Callable[[int, EngineDeadError], None]) -> None:
         super().__init__(streams, calls)
         self._index = index
@@ -80,18 +80,22 @@ class _StreamsOf(Mapping[str, RequestStream]):
         return sum(1 for _ in self)
 
 
-def build_replicas(n: int, client_death: EngineDeath, client_calls: dict[int, asyncio.Future[Any]],
+def build_replicas(n: int, client_death: EngineDeath, client_calls: dict[int, CallFuture],
                    by_wire: Mapping[str, RequestStream],
-                   on_replica_dead: Callable[[int, EngineDeadError], None]) -> list[Replica]:
-    """One replica (n == 1: the client's own death and calls), or n with deaths of their own.
-    ``on_replica_dead`` must not hold the client strongly (monitor threads hold the deaths)."""
+                   on_replica_dead: Callable[[int, EngineDeadError], None],
+                   backend: Backend) -> list[Replica]:
+    """One replica (n == 1: the client's own death and calls), or n with deaths of their own,
+    each bound to ``backend``. ``on_replica_dead`` must not hold the client strongly (monitor
+    threads hold the deaths)."""
     if n == 1:
-        return [Replica(0, client_death, client_calls, by_wire)]
+        client_death.bind(backend)
+        return [Replica(0, client_death, client_calls, by_wire, backend)]
     replicas = []
     for i in range(n):
-        calls: dict[int, asyncio.Future[Any]] = {}
+        calls: dict[int, CallFuture] = {}
         death = ReplicaDeath(i, _StreamsOf(by_wire, i), calls, on_replica_dead)
-        replicas.append(Replica(i, death, calls, by_wire))
+        death.bind(backend)
+        replicas.append(Replica(i, death, calls, by_wire, backend))
     return replicas
 
 
@@ -147,27 +151,6 @@ def replica_transport(transport: str, index: int) -> str:
             return f"zmq+tcp://{host}:{int(port) + 2 * index}"
         return transport
     return f"{transport}-r{index}"
-
-
-async def launch_replicas(config: EngineConfig, replicas: list[Replica],
-                          loop: asyncio.AbstractEventLoop) -> list[EngineProcess]:
-    """Start every replica's engine at once; on any failure none is left running."""
-    if config.distributed_backend == "ray":
-        from aioengine.client.dp.ray_replicas import launch_ray_replicas
-        return await launch_ray_replicas(config, replicas, loop)
-    for r in replicas:
-        r.death.loop = loop  # where a death seen by a monitor thread is declared
-    results = await asyncio.gather(
-        *(launch_engine(replica_config(config, r.index), r.death.from_monitor_thread)
-          for r in replicas), return_exceptions=True)
-    failures = [r for r in results if isinstance(r, BaseException)]
-    started = [r for r in results if isinstance(r, EngineProcess)]
-    if failures:
-        await asyncio.gather(*(e.close() for e in started), return_exceptions=True)
-        raise failures[0]
-    for replica, engine in zip(replicas, started, strict=True):
-        replica.engine = engine
-    return started
 
 
 def close_all_sync(engines: list[EngineProcess]) -> None:

@@ -1629,7 +1629,15 @@ static void x8_deq_job(void *a, int c, int nchunks) {
 int qk_version(void) { return QK_VERSION; }
 
 /* best level this CPU runs: 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512F (+ the AVX2 set) */
-int qk_best_level(void) { return have_avx512() ? 2 : have_avx2() ? 1 : 0; }
+static _Atomic int max_level = 2; /* qk_set_max_level: a cap for A/B (AIOENGINE_QUANT_ISA) */
+int qk_best_level(void) {
+    int best = have_avx512() ? 2 : have_avx2() ? 1 : 0, cap = atomic_load(&max_level);
+    return best < cap ? best : cap;
+}
+
+/* cap every call's code path at level (0 scalar, 1 AVX2, 2 AVX-512): forcing the AVX2 path on an
+ * AVX-512 machine measures what AVX2-only CPUs run */
+void qk_set_max_level(int level) { atomic_store(&max_level, level < 0 ? 0 : level > 2 ? 2 : level); }
 
 void qk_set_spin_ns(long ns) { atomic_store(&pool_spin_ns, ns); }
 
@@ -1844,6 +1852,38 @@ int qk_dequantize_x8(int t, const uint8_t *w, int64_t n, int64_t k, float *out, 
     int64_t pairs = (j.ngroups + 1) / 2;
     int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);
     pool_run(x8_deq_job, &j, nchunks < 1 ? 1 : nchunks, nthreads);
+    return E_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Segments: one call for every output-row segment of a weight (a fused projection whose parts
+ * have different types, or one segment), as QuantizedWeight keeps them. Built once in Python
+ * (ctypes array), so a decode step's linear is one C call with five varying arguments instead
+ * of a Python loop of checked calls (about 6 us of Python per linear, 121 per SmolLM2 token). */
+
+typedef struct {
+    int32_t t;      /* ggml type */
+    int32_t x8;     /* 1: w in the x8 layout (int16 activations) */
+    int32_t act;    /* row layout: 0 float32, 1 int8, 2 int16 activations */
+    int32_t pad;
+    const uint8_t *w;
+    int64_t row_bytes; /* row layout: bytes per row */
+    int64_t n;         /* output rows */
+    int64_t offset;    /* first output column of y */
+} qk_seg;
+
+/* y[m, ldy] (columns seg.offset .. seg.offset + seg.n per segment) = x[m, ldx] @ W^T */
+int qk_matmul_segs(const qk_seg *segs, int nseg, const float *x, int64_t ldx, int64_t m,
+                   int64_t k, float *y, int64_t ldy, int nthreads) {
+    for (int i = 0; i < nseg; i++) {
+        const qk_seg *s = segs + i;
+        if (s->offset < 0 || s->offset + s->n > ldy) return E_SHAPE;
+        int rc = s->x8 ? qk_matmul_x8(s->t, x, ldx, m, s->w, s->n, k, y + s->offset, ldy,
+                                      nthreads, -1)
+                       : qk_matmul(s->t, x, ldx, m, s->w, s->row_bytes, s->n, k, y + s->offset,
+                                   ldy, nthreads, -1, s->act);
+        if (rc) return rc;
+    }
     return E_OK;
 }
 
