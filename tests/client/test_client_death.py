@@ -5,6 +5,7 @@ On asyncio and under trio (``anyio.run``)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -73,6 +74,19 @@ def test_engine_sigkill(transport: str, backend: str) -> None:
             return delays
 
     delays = anyio.run(main, backend=backend)
+    assert len(delays) == 8 and max(delays) < DEATH_BOUND, delays
+
+
+def test_engine_sigkill_under_uvloop() -> None:
+    async def main() -> list[float]:
+        async with AsyncMPClient(tiny_config("shm")) as client:
+            assert client.backend == "asyncio"  # uvloop is an asyncio loop: asyncio's objects
+            assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+            delays = await kill_mid_stream(client, client.process_ids["aioengine-engine"])
+            await assert_dead_now(client)
+            return delays
+
+    delays = anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
     assert len(delays) == 8 and max(delays) < DEATH_BOUND, delays
 
 

@@ -98,6 +98,16 @@ def test_ctrl_c_in_llm_generate_aborts_the_batch(llm: LLM) -> None:
 def test_ctrl_c_in_sync_stream_raises_keyboard_interrupt_and_aborts(llm: LLM) -> None:
     client = llm.client
     assert isinstance(client, SyncMPClient)
+    ctrl_c_in_stream(client)
+
+
+def test_ctrl_c_in_sync_stream_on_a_trio_loop() -> None:
+    """The same with the client's own loop under trio (``SyncMPClient(backend="trio")``)."""
+    with SyncMPClient(tiny_config("shm"), backend="trio") as client:
+        ctrl_c_in_stream(client)
+
+
+def ctrl_c_in_stream(client: SyncMPClient) -> None:
     before = settle(client)
 
     def consume() -> None:
