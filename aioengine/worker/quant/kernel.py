@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,10 @@ SOURCE = Path(__file__).with_name("qkernels.c")
 # the scalar path stays portable C and the dispatch is exercised on every machine.
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread")
 LEVELS = {-1: "best", 0: "scalar", 1: "avx2", 2: "avx512"}
+ISA_ENV = "AIOENGINE_QUANT_ISA"
+"""Environment variable capping the kernels' code path: ``scalar``, ``avx2`` or ``avx512``
+(``best``/unset: what the CPU runs). ``avx2`` on an AVX-512 machine runs what AVX2-only CPUs
+run (A/B measurements, CI parity)."""
 
 _ERRORS = {
     -1: "unsupported block type",
@@ -82,6 +87,14 @@ _I = ctypes.c_int64
 _C = ctypes.c_int
 
 
+class QkSeg(ctypes.Structure):
+    """One output-row segment for ``qk_matmul_segs`` (qkernels.c ``qk_seg``)."""
+
+    _fields_ = [("t", ctypes.c_int32), ("x8", ctypes.c_int32), ("act", ctypes.c_int32),
+                ("pad", ctypes.c_int32), ("w", ctypes.c_void_p), ("row_bytes", ctypes.c_int64),
+                ("n", ctypes.c_int64), ("offset", ctypes.c_int64)]
+
+
 def error_text(code: int) -> str:
     return _ERRORS.get(code, f"error {code}")
 
@@ -103,6 +116,12 @@ class QuantKernel:
         lib.qk_dequantize.argtypes = (_C, _P, _I, _I, _I, _P, _I, _C, _C)
         lib.qk_dequantize.restype = _C
         lib.qk_best_level.restype = _C
+        lib.qk_set_max_level.argtypes = (_C,)
+        isa = os.environ.get(ISA_ENV, "best").strip().lower() or "best"
+        names = {v: k for k, v in LEVELS.items()}
+        if isa not in names:
+            raise QuantKernelError(f"{ISA_ENV}={isa!r}: expected one of {sorted(names)}")
+        lib.qk_set_max_level(2 if names[isa] < 0 else names[isa])
         lib.qk_set_spin_ns.argtypes = (ctypes.c_long,)
         lib.qk_pool_size.restype = _C
         lib.qk_x8_bytes.argtypes = (_C, _I, _I)
@@ -113,6 +132,8 @@ class QuantKernel:
         lib.qk_matmul_x8.restype = _C
         lib.qk_dequantize_x8.argtypes = (_C, _P, _I, _I, _P, _I, _C, _C)
         lib.qk_dequantize_x8.restype = _C
+        lib.qk_matmul_segs.argtypes = (_P, _C, _P, _I, _I, _I, _P, _I, _C)
+        lib.qk_matmul_segs.restype = _C
         self.path = path
         self._lib = lib
         self.best_level: int = lib.qk_best_level()
@@ -121,6 +142,9 @@ class QuantKernel:
         validated at load and activations it made contiguous): returns an error code."""
         self.raw_matmul_x8 = lib.qk_matmul_x8
         """The same for weights in the x8 layout (int16 activations)."""
+        self.raw_matmul_segs = lib.qk_matmul_segs
+        """``(segs, nseg, x, ldx, m, k, y, ldy, threads)``: every segment of a weight (a
+        ``QkSeg`` array) in one call, unchecked like ``raw_matmul``."""
 
     def set_spin_ns(self, ns: int) -> None:
         """How long an idle pool thread spins before it sleeps (default 200 us)."""

@@ -130,3 +130,27 @@ def quantize(values: np.ndarray, qtype: str | QType | object) -> np.ndarray:
         chunk = chunk.reshape(-1, k // qt.block, qt.block)
         out[r:r + _CHUNK_ROWS] = fn(chunk).reshape(-1, row_bytes)
     return out
+
+
+WIDENED = {"q5_0": "q8_0"}
+"""GGUF block types the kernels take by widening them losslessly at load: a Q5_0 block (fp16
+d, 32 high bits, 16 bytes of nibbles; x = d*(q - 16), q in 0..31) is a Q8_0 block with the
+same d and int8 values q - 16 (34 bytes for 22, the same numbers). llama.cpp writes Q5_0 where
+a Q4_K_M file's rows are not whole 256-value blocks (SmolLM2: every 576-wide linear)."""
+
+
+def q5_0_as_q8_0(raw: np.ndarray) -> np.ndarray:
+    """Q5_0 rows (uint8 ``[n, nb*22]``) -> the Q8_0 rows of the same values (``[n, nb*34]``)."""
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if raw.ndim != 2 or raw.shape[1] % 22:
+        raise ValueError(f"Q5_0 rows are whole 22-byte blocks, got uint8 {raw.shape}")
+    n, nb = raw.shape[0], raw.shape[1] // 22
+    b = raw.reshape(n, nb, 22)
+    qh = b[..., 2:6].copy().view("<u4")[..., 0]  # [n, nb]
+    hi = ((qh[..., None] >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8) << 4
+    qs = b[..., 6:]
+    low = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # values 0..15, then 16..31
+    out = np.empty((n, nb, 34), dtype=np.uint8)
+    out[..., :2] = b[..., :2]
+    out[..., 2:] = ((low | hi).astype(np.int16) - 16).astype(np.int8).view(np.uint8)
+    return out.reshape(n, nb * 34)

@@ -27,13 +27,14 @@ from aioengine.worker.quant.kernel import (
     ACTIVATIONS,
     QTYPES,
     X8_TYPES,
+    QkSeg,
     QType,
     QuantKernel,
     QuantKernelError,
     error_text,
     load_quant_kernel,
 )
-from aioengine.worker.quant.quantize import quantize
+from aioengine.worker.quant.quantize import WIDENED, q5_0_as_q8_0, quantize
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +90,22 @@ class Segment:
 
 
 def _source_qtype(src: Any) -> QType | None:
-    """The kernels' type for a source's stored blocks, or None (float or unsupported)."""
+    """The kernels' type for a source's stored blocks (a widened type's for Q5_0, see
+    ``quantize.WIDENED``), or None (float or unsupported)."""
     name = getattr(getattr(src, "qtype", None), "name", None)
-    return QTYPES.get(name.lower()) if isinstance(name, str) else None
+    if not isinstance(name, str):
+        return None
+    name = name.lower()
+    return QTYPES.get(WIDENED.get(name, name))
+
+
+def _raw(src: Any, start: int, length: int) -> np.ndarray:
+    """Stored blocks of rows ``[start, start+length)``, widened where the file's type is."""
+    raw = np.asarray(src.raw_rows(start, length))
+    name = getattr(getattr(src, "qtype", None), "name", "")
+    if isinstance(name, str) and name.lower() == "q5_0":
+        return q5_0_as_q8_0(raw)
+    return raw
 
 
 def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple[QType | None,
@@ -102,7 +116,7 @@ def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
     stored = _source_qtype(src)
     want = policy.qtype
     if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
-        raw = np.ascontiguousarray(src.raw_rows(start, length))
+        raw = np.ascontiguousarray(_raw(src, start, length))
         return stored, torch.from_numpy(raw.copy() if not raw.flags.writeable else raw)
     values = src[start:start + length]
     values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
@@ -134,7 +148,7 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
                              f"[{start}, {start + length}): the split must fall on "
                              f"{stored.block}-value block boundaries (use fewer tensor-parallel "
                              f"ranks or another quantization)")
-        raw = np.asarray(src.raw_rows(0, n))
+        raw = _raw(src, 0, n)
         b0 = start // stored.block * stored.bytes
         b1 = (start + length) // stored.block * stored.bytes
         return stored, torch.from_numpy(np.ascontiguousarray(raw[:, b0:b1]).copy())
@@ -143,6 +157,14 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
     if want is None or not _whole_blocks(length, want):
         return None, values.contiguous()
     return want, torch.from_numpy(quantize(values.contiguous().numpy(), want))
+
+
+@dataclass
+class _Plan:
+    policy: QuantPolicy
+    segs: Any  # ctypes array of QkSeg
+    nseg: int
+    keep: tuple[torch.Tensor, ...]
 
 
 class QuantizedWeight:
@@ -156,6 +178,7 @@ class QuantizedWeight:
         self.kernel = kernel if kernel is not None else load_quant_kernel()
         self._parts: dict[int, Segment] = {}
         self._joined: list[Segment] | None = None
+        self._plan: _Plan | None = None
 
     def set_rows(self, offset: int, qtype: QType | None, data: torch.Tensor) -> None:
         """Output rows from ``offset``: blocks of ``qtype`` (uint8) or float rows (None)."""
@@ -175,6 +198,7 @@ class QuantizedWeight:
                              f"{tuple(data.shape)}")
         self._parts[offset] = Segment(offset, n, qtype, data.contiguous())
         self._joined = None
+        self._plan = None
 
     @property
     def segments(self) -> list[Segment]:
@@ -208,6 +232,7 @@ class QuantizedWeight:
         if s.x8:
             s.data = self.kernel.unpack_x8(s.qtype, s.data, s.n, self.in_features)
             s.x8 = False
+            self._plan = None
 
     def _layout(self, s: Segment, act: str) -> bool:
         """Put ``s`` in the layout the kernels take for activations ``act``; True: x8."""
@@ -215,6 +240,7 @@ class QuantizedWeight:
         if want and not s.x8:
             s.data = self.kernel.repack_x8(s.qtype, s.data, self.in_features)
             s.x8 = True
+            self._plan = None
         elif not want:
             self._rows(s)
         return want
@@ -225,6 +251,23 @@ class QuantizedWeight:
         for s in self.segments:
             if s.qtype is not None:
                 self._layout(s, self._activations(s))
+        self._make_plan()
+
+    def _make_plan(self) -> None:
+        """The decode fast path's one C call over every segment, once every segment is laid
+        out for the current policy (none when a segment holds float rows)."""
+        segs = self.segments
+        if any(s.qtype is None for s in segs):
+            self._plan = None
+            return
+        arr = (QkSeg * len(segs))()
+        for a, s in zip(arr, segs, strict=True):
+            a.t, a.x8 = s.qtype.ggml_id, int(s.x8)
+            a.act = ACTIVATIONS[self._activations(s)]
+            a.w, a.row_bytes = s.data.data_ptr(), 0 if s.x8 else s.data.shape[1]
+            a.n, a.offset = s.n, s.offset
+        # the tensors stay referenced by the plan: its pointers are theirs
+        self._plan = _Plan(self.policy, arr, len(segs), tuple(s.data for s in segs))
 
     def _activations(self, s: Segment) -> str:
         act = self.policy.activations
@@ -251,6 +294,25 @@ class QuantizedWeight:
         return self.kernel.dequantize(s.qtype, s.data, self.in_features, out, threads=threads)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        plan = self._plan
+        # decode fast path: a contiguous float32 [M, K] batch below the sgemm threshold, every
+        # segment already laid out for this policy -> one unchecked C call (inputs checked here,
+        # the weights at set_rows and when the plan was made)
+        if plan is not None and plan.policy is self.policy and x.dtype is torch.float32 \
+                and x.dim() == 2 and x.is_cpu and x.is_contiguous():
+            m, k = x.shape
+            if k == self.in_features and 0 < m < plan.policy.sgemm_min_rows:
+                n = self.out_features
+                out = torch.empty(m, n)
+                code = self.kernel.raw_matmul_segs(plan.segs, plan.nseg, x.data_ptr(), k, m, k,
+                                                   out.data_ptr(), n, torch.get_num_threads())
+                if code:
+                    raise QuantKernelError(f"qk_matmul_segs rejected its inputs: "
+                                           f"{error_text(code)} (M={m}, N={n}, K={k})")
+                return out
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         if x.shape[-1] != self.in_features or x.device.type != "cpu":
             raise QuantKernelError(f"expected CPU activations [..., {self.in_features}], got "
@@ -291,6 +353,9 @@ class QuantizedWeight:
                     raise QuantKernelError(f"qk_matmul rejected its inputs: "
                                            f"{error_text(code)} ({s.qtype.name}, M={m}, "
                                            f"N={s.n}, K={self.in_features})")
+        if m < self.policy.sgemm_min_rows and (self._plan is None
+                                               or self._plan.policy is not self.policy):
+            self._make_plan()  # every segment is now laid out for this policy
         return out.reshape(*lead, self.out_features)
 
     __call__ = forward

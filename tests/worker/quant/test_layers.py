@@ -216,3 +216,46 @@ def test_other_families_quantize_at_load(tmp_path, variant):
     qkv = model.layers[0].self_attn.qkv_proj.qweight
     assert qkv is not None and qkv.segments[0].qtype is QTYPES["q8_0"]
     assert runs[0] == runs[1]
+
+
+def test_q5_0_blocks_are_widened_to_q8_0_exactly(tmp_path):
+    """A Q5_0 tensor (what llama.cpp writes for a Q4_K_M file's rows that are not whole
+    256-value blocks) is kept quantized as Q8_0 blocks of the very same values: the weight
+    dequantizes to gguf's own Q5_0 values bit for bit, and products match them."""
+    from gguf.quants import quantize as gguf_quantize
+
+    from aioengine.worker.quant.quantize import q5_0_as_q8_0
+
+    rng = np.random.default_rng(5)
+    hidden, d = 256, 32
+    vals = {n: (rng.standard_normal((r * d, hidden)) * rng.uniform(0.01, 2, (r * d, 1)))
+            .astype(np.float32) for n, r in (("q", 4), ("k", 2), ("v", 2))}
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    for name, v in vals.items():
+        w.add_tensor(name, gguf_quantize(v, gtype("q5_0")), raw_dtype=gtype("q5_0"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    srcs = {t.name: GGUFTensorSource(t) for t in gguf.GGUFReader(str(tmp_path / "m.gguf")).tensors}
+    layer = QKVParallelLinear(hidden, d, 4, 2, False, TPInfo(0, 1), torch.float32, "cpu")
+    layer.quantize(QuantPolicy("gguf"))
+    for part, name in enumerate("qkv"):
+        layer.load(srcs[name], part)
+    segs = layer.qweight.segments
+    assert [(s.qtype.name, s.n) for s in segs] == [("q8_0", 8 * d)]
+    ref = torch.cat([torch.from_numpy(gguf_dequantize(
+        np.asarray(srcs[n].raw_rows(0, vals[n].shape[0])), gtype("q5_0"))) for n in "qkv"])
+    assert torch.equal(layer.qweight.dequantize(), ref.float())
+    for m in (1, 3, 40):
+        x = torch.randn(m, hidden)
+        assert_product(layer(x), x, ref.double(), 1e-4 if m < 16 else 1e-5)
+    # row-parallel: Q5_0 rows cut at block boundaries, widened per shard
+    down = RowParallelLinear(hidden, 4 * d, False, TPInfo(1, 2), torch.float32, "cpu")
+    down.quantize(QuantPolicy("gguf"))
+    down.load(srcs["q"])
+    assert down.qweight.segments[0].qtype.name == "q8_0"
+    x = torch.randn(2, hidden // 2)
+    assert_product(down.qweight(x), x, ref[:4 * d, hidden // 2:].double(), 1e-4)
+    with pytest.raises(ValueError, match="whole 22-byte blocks"):
+        q5_0_as_q8_0(np.zeros((2, 23), np.uint8))

@@ -133,3 +133,65 @@ def test_weight_switches_layout_with_the_policy(kern, name):
     assert torch.equal(qw(x), qw.kernel.matmul(qt, x, torch.from_numpy(b), torch.empty(3, 50),
                                                activations="int16"))
     assert not qw.segments[0].x8 and torch.equal(qw.segments[0].data, torch.from_numpy(b))
+
+
+def test_decode_plan_matches_the_checked_path(kern):
+    """After the first small-M call a weight's segments run as one C call (qk_matmul_segs):
+    the same bits as the per-segment calls, for mixed types and layouts, rebuilt when the
+    policy or the rows change; inputs it cannot take go through the checked path."""
+    k = 256
+    parts = [("q4_1", 24), ("q4_k", 16), ("q8_0", 9), ("q6_k", 8)]
+    qw = QuantizedWeight(57, k, QuantPolicy("gguf"), kern)
+    refs, off = [], 0
+    for i, (name, n) in enumerate(parts):
+        b, wref = blocks_of(name, n, k, seed=10 + i)
+        qw.set_rows(off, QTYPES[name], torch.from_numpy(b))
+        refs.append(wref)
+        off += n
+    wref = np.concatenate(refs)
+    for act in ("int16", "float32"):
+        qw.policy = QuantPolicy("gguf", activations=act)
+        for m in (1, 3):
+            x = torch.randn(m, k)
+            first = qw(x)  # checked per-segment path, makes the plan
+            assert qw._plan is not None and qw._plan.policy is qw.policy
+            assert torch.equal(qw(x), first)  # the plan: bit-equal
+            ref = x.double().numpy() @ wref.T
+            assert np.abs(first.numpy() - ref).max() < 1e-3 * float(np.abs(ref).max())
+            wide = torch.randn(m, 2 * k)[:, :k]  # strided rows: the checked path
+            assert torch.equal(qw(wide), qw(wide.contiguous()))
+    with pytest.raises(QuantKernelError, match=r"expected CPU activations \[..., 256\]"):
+        qw(torch.randn(1, 128))
+    b, wnew = blocks_of("q4_1", 24, k, seed=99)
+    qw.set_rows(0, QTYPES["q4_1"], torch.from_numpy(b))  # new rows: the plan is dropped
+    assert qw._plan is None
+    x = torch.randn(1, k)
+    ref = x.double().numpy() @ np.concatenate([wnew, *refs[1:]]).T
+    qw(x)
+    got = qw(x)
+    assert np.abs(got.numpy() - ref).max() < 1e-4 * float(np.abs(ref).max())
+
+
+def test_isa_env_caps_the_code_path(kern, monkeypatch):
+    """AIOENGINE_QUANT_ISA=avx2 makes the best-level calls run the AVX2 kernels (what AVX2-only
+    CPUs run) — bit-equal to asking for level 1; a bad value is named."""
+    from aioengine.worker.quant.kernel import QuantKernel
+
+    if kern.best_level < 1:
+        pytest.skip("needs an AVX2 CPU")
+    qt = QTYPES["q4_1"]
+    b, _ = blocks_of("q4_1", 40, 128, seed=3)
+    x8 = kern.repack_x8(qt, torch.from_numpy(b), 128)
+    x = torch.randn(1, 128)
+    want = kern.matmul_x8(qt, x, x8, torch.empty(1, 40), level=1)
+    try:
+        monkeypatch.setenv("AIOENGINE_QUANT_ISA", "avx2")
+        capped = QuantKernel(kern.path)  # the cap is the loaded library's (process-wide)
+        assert capped.best_level == 1
+        assert torch.equal(capped.matmul_x8(qt, x, x8, torch.empty(1, 40)), want)
+        monkeypatch.setenv("AIOENGINE_QUANT_ISA", "sse9")
+        with pytest.raises(QuantKernelError, match="AIOENGINE_QUANT_ISA='sse9': expected one of"):
+            QuantKernel(kern.path)
+    finally:
+        monkeypatch.delenv("AIOENGINE_QUANT_ISA")
+        assert QuantKernel(kern.path).best_level == kern.best_level
