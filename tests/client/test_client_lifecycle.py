@@ -18,7 +18,6 @@ import psutil
 import pytest
 
 from aioengine import LLM, AsyncMPClient, EngineStats, SamplingParams, SyncMPClient
-from aioengine.client.backends import has_driver
 from tests.client.conftest import tiny_config
 from tests.client.run_on import BACKENDS
 
@@ -252,6 +251,3 @@ def test_sync_client_backend_errors() -> None:
         SyncMPClient(tiny_config("shm"), backend="curio")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"use_uvloop=True .* needs backend=.asyncio."):
         SyncMPClient(tiny_config("shm"), backend="trio", use_uvloop=True)
-    if not has_driver("zmq", "trio"):  # refused before a thread or an engine starts
-        with pytest.raises(ValueError, match="transport 'zmq' has no trio driver"):
-            SyncMPClient(tiny_config("zmq"), backend="trio")
