@@ -22,6 +22,7 @@ Executor = Literal["auto", "uniproc", "mp"]
 LoadFormat = Literal["auto", "safetensors", "gguf", "dummy"]
 DetokenizeIn = Literal["host", "engine", "process"]
 CpuDecodeAttention = Literal["auto", "kernel", "sdpa"]
+KvCacheDtype = Literal["auto", "model", "float32", "float16"]
 Quantization = Literal["gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
 QuantActivations = Literal["float32", "int16", "int8"]
 ReplicaFailure = Literal["fail", "degrade"]
@@ -33,6 +34,7 @@ EXECUTORS: tuple[str, ...] = get_args(Executor)
 LOAD_FORMATS: tuple[str, ...] = get_args(LoadFormat)
 DETOKENIZE_IN: tuple[str, ...] = get_args(DetokenizeIn)
 CPU_DECODE_ATTENTION: tuple[str, ...] = get_args(CpuDecodeAttention)
+KV_CACHE_DTYPES: tuple[str, ...] = get_args(KvCacheDtype)
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 QUANT_ACTIVATIONS: tuple[str, ...] = get_args(QuantActivations)
 REPLICA_FAILURE: tuple[str, ...] = get_args(ReplicaFailure)
@@ -114,6 +116,11 @@ class EngineConfig:
     the system compiler, ``$AIOENGINE_CC`` or ``cc``, cached under ``$AIOENGINE_CACHE/kernels``;
     an error if it cannot be built), ``sdpa`` (torch SDPA), or ``auto`` (the kernel; SDPA with
     one warning when it cannot be built). Other devices and dtypes always use SDPA."""
+    kv_cache_dtype: KvCacheDtype = "auto"
+    """What the KV cache stores: ``model`` (the model's dtype), ``float32``, ``float16``, or
+    ``auto``: float16 for a float32 model on CPU when the compiled decode kernel is in use
+    (half the cache's memory and the bytes each decode reads; k/v rounded to float16 as
+    llama.cpp's default cache does), else the model's dtype."""
     quantization: Quantization | None = None
     """Keep linear weights (and the LM head) quantized in memory, computed by our C kernels on
     CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
@@ -156,6 +163,7 @@ class EngineConfig:
         _one_of("load_format", self.load_format, LOAD_FORMATS)
         _one_of("detokenize_in", self.detokenize_in, DETOKENIZE_IN)
         _one_of("cpu_decode_attention", self.cpu_decode_attention, CPU_DECODE_ATTENTION)
+        _one_of("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be None or one of {QUANTIZATIONS}, got "
                              f"{self.quantization!r}")

@@ -9,6 +9,10 @@ and commits one only when it is first written, so allocating the default capacit
 for ``max_num_seqs`` full contexts) is instant and resident memory follows the blocks actually
 used. ``torch.zeros`` would write every byte up front (seconds on a loaded box, all charged to
 RSS at once). On GPU, ``torch.zeros``.
+
+The cache's dtype is ``EngineConfig.kv_cache_dtype`` resolved by ``kv_cache_dtype``: float16
+for a float32 model on CPU by default (the decode kernel and the rope + KV-write op read and
+write float16), the model's dtype otherwise.
 """
 
 from __future__ import annotations
@@ -25,6 +29,26 @@ from aioengine.worker.models.spec import ModelSpec
 def _spec(model_config: Any) -> ModelSpec:
     return model_config if isinstance(model_config, ModelSpec) else ModelSpec.from_hf(
         model_config)
+
+
+_KV_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+def kv_cache_dtype(setting: str, model_dtype: torch.dtype, device: torch.device | str,
+                   decode_kernel: bool) -> torch.dtype:
+    """The dtype the KV cache stores under ``EngineConfig.kv_cache_dtype``. ``auto``: float16
+    for a float32 model on CPU whose decodes go to the compiled kernel (``decode_kernel``),
+    else the model's dtype (SDPA would widen every block it reads: slower)."""
+    if setting == "model":
+        return model_dtype
+    if setting == "auto":
+        cpu = torch.device(device).type == "cpu"
+        return torch.float16 if cpu and model_dtype == torch.float32 and decode_kernel \
+            else model_dtype
+    if setting not in _KV_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of ('auto', 'model', "
+                         f"{', '.join(map(repr, _KV_DTYPES))}), got {setting!r}")
+    return _KV_DTYPES[setting]
 
 
 def kv_cache_bytes_per_block(model_config: Any, block_size: int, dtype: torch.dtype,

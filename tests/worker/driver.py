@@ -27,11 +27,12 @@ class Driver:
     greedily appending a token whenever a chunk reaches the end of a sequence."""
 
     def __init__(self, model: Any, hf_config: Any, block_size: int, num_blocks: int = 200,
-                 seed: int = 0, decode_kernel: Any = None) -> None:
+                 seed: int = 0, decode_kernel: Any = None, kv_dtype: Any = None) -> None:
         self.model = model
         self.decode_kernel = decode_kernel
         self.block_size = block_size
-        self.caches = allocate_kv_cache(hf_config, num_blocks, block_size, model.dtype, "cpu",
+        self.caches = allocate_kv_cache(hf_config, num_blocks, block_size,
+                                        kv_dtype or model.dtype, "cpu",
                                         tp_size=model.tp.size)
         self.free = list(range(num_blocks))
         random.Random(seed).shuffle(self.free)

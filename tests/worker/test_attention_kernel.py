@@ -1,6 +1,7 @@
 """The compiled CPU decode kernel (real compiler, real shared object) against a float64
 reference over gathered K/V, through ``paged_attention`` against the SDPA path, and the errors
-its inputs get."""
+its inputs get; over a float32 and a float16 cache (the float16 one is read exactly: the same
+tolerances against a reference over its float16 values)."""
 
 from __future__ import annotations
 
@@ -62,11 +63,12 @@ def random_tables(rng: random.Random, ctx: list[int], bs: int, num_blocks: int,
     (6, 3, 40, 5),  # a head dim without its own copy, a block size that is no power of two
 ])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_kernel_matches_float64_reference(kernel, hq, hkv, d, bs, seed):
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+def test_kernel_matches_float64_reference(kernel, hq, hkv, d, bs, seed, cache_dtype):
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     num_blocks = 160
-    cache = torch.randn(2, hkv, num_blocks, bs, d, generator=gen)
+    cache = torch.randn(2, hkv, num_blocks, bs, d, generator=gen).to(cache_dtype)
     # Context lengths 1 .. several blocks, exact block ends included.
     ctx = [1, 2, bs - 1, bs, bs + 1, 3 * bs, *(rng.randint(1, 9 * bs) for _ in range(6))]
     shared = 2 if seed else 0
@@ -112,13 +114,15 @@ def test_kernel_reads_strided_query_rows_and_writes_chosen_rows(kernel):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_paged_attention_with_kernel_matches_sdpa_path(kernel, seed):
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+def test_paged_attention_with_kernel_matches_sdpa_path(kernel, seed, cache_dtype):
     """Whole steps (prefills beside decodes, decodes alone, shared prefix blocks) through
-    ``paged_attention``: the kernel path against today's spans/buckets path."""
+    ``paged_attention``: the kernel path against today's spans/buckets path (over a float16
+    cache both write rounded k/v and widen what they read)."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     hq, hkv, d, bs, n = 8, 2, 32, 4, 7
-    cache_a = torch.zeros(2, hkv, 120, bs, d)
+    cache_a = torch.zeros(2, hkv, 120, bs, d, dtype=cache_dtype)
     free = list(range(8, 120))
     rng.shuffle(free)
     prefix = list(range(8))  # sequences 0-2 share two blocks (a cached prefix of 8 tokens)
@@ -157,12 +161,13 @@ def test_paged_attention_with_kernel_matches_sdpa_path(kernel, seed):
     assert torch.equal(cache_a, cache_b)
 
 
-def test_sliding_window_reads_only_the_window(kernel):
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
+def test_sliding_window_reads_only_the_window(kernel, cache_dtype):
     """Window starts: the kernel equals the float64 reference over the last W keys, and never
     reads the blocks wholly before the window (their ids here point outside the cache)."""
     hq, hkv, d, bs, num_blocks = 4, 2, 32, 4, 16
     gen = torch.Generator().manual_seed(4)
-    cache = torch.randn(2, hkv, num_blocks, bs, d, generator=gen)
+    cache = torch.randn(2, hkv, num_blocks, bs, d, generator=gen).to(cache_dtype)
     ctx, window = [13, 6, 9], 5
     tables = [[99, 98, 2, 3], [4, 5], [7, 8, 9]]  # 99, 98: freed, before the window
     q = torch.randn(3, hq, d, generator=gen)
@@ -208,7 +213,10 @@ def _inputs() -> dict:
 
 
 @pytest.mark.parametrize(("change", "match"), [
-    ({"q": torch.randn(2, 4, 32, dtype=torch.float64)}, "must be float32, got torch.float64"),
+    ({"q": torch.randn(2, 4, 32, dtype=torch.float64)}, "must be float32 and kv_cache float32 "
+                                                        "or float16, got torch.float64"),
+    ({"kv_cache": torch.randn(2, 2, 10, 4, 32, dtype=torch.bfloat16)},
+     "kv_cache float32 or float16, got torch.float32, torch.float32, torch.bfloat16"),
     ({"kv_cache": torch.randn(2, 2, 10, 32, 4).transpose(3, 4)}, "kv_cache must be a contig"),
     ({"kv_cache": torch.randn(3, 2, 10, 4, 32)}, r"kv_cache must be .* shape \(3, 2, 10, 4, 32"),
     ({"q": torch.randn(2, 32, 4).transpose(1, 2)}, r"q must be \[T, Hq, 32\] with each row"),

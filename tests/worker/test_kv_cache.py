@@ -9,9 +9,11 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
+from aioengine.config import EngineConfig
 from aioengine.worker.kv_cache import (
     allocate_kv_cache,
     kv_cache_bytes_per_block,
+    kv_cache_dtype,
     num_blocks_for_bytes,
 )
 
@@ -91,3 +93,25 @@ def test_cpu_cache_in_every_dtype():
                    and not c.any() for c in caches)
         caches[0][1, 2, 1] = 2.0
         assert float(caches[0].sum()) == 2.0 * 4 * 8 and not caches[1].any()
+
+
+def test_kv_cache_dtype_resolution():
+    f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
+    # auto: float16 only for a float32 model on CPU whose decodes use the compiled kernel
+    assert kv_cache_dtype("auto", f32, "cpu", True) == f16
+    assert kv_cache_dtype("auto", f32, "cpu", False) == f32
+    assert kv_cache_dtype("auto", bf16, "cpu", True) == bf16
+    assert kv_cache_dtype("auto", bf16, "cuda", False) == bf16
+    assert kv_cache_dtype("auto", f32, "cuda", False) == f32
+    assert kv_cache_dtype("model", f32, "cpu", True) == f32
+    assert kv_cache_dtype("float32", f32, "cpu", True) == f32
+    assert kv_cache_dtype("float16", f32, "cpu", False) == f16
+    with pytest.raises(ValueError, match=r"kv_cache_dtype must be one of .*got 'int8'"):
+        kv_cache_dtype("int8", f32, "cpu", True)
+    with pytest.raises(ValueError, match=r"kv_cache_dtype must be one of .*got 'fp8'"):
+        EngineConfig(model="x", kv_cache_dtype="fp8")
+
+
+def test_float16_cache_halves_the_bytes_per_block():
+    assert kv_cache_bytes_per_block(CONFIG, 16, torch.float16) * 2 == \
+        kv_cache_bytes_per_block(CONFIG, 16, torch.float32)

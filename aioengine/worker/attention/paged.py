@@ -6,6 +6,8 @@ KV cache of one layer: ``[2, num_kv_heads, num_blocks, block_size, head_dim]`` (
 outermost so that gathered keys ``[B, Hkv, L, D]`` have contiguous ``[L, D]`` matrices: SDPA
 over the previous ``[B, L, Hkv, D]`` layout was 2.5-3x slower on CPU at long contexts.
 A slot (``block * block_size + offset``) addresses one token's k or v within a head.
+The cache may be stored in another dtype than the model computes in (``kv_cache_dtype``: a
+float16 cache for a float32 model on CPU): k/v are rounded when written and widened when read.
 Grouped-query attention: query head h uses kv head ``h // (num_heads // num_kv_heads)``
 (the Hugging Face ``repeat_kv`` convention).
 """
@@ -28,16 +30,21 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Store ``k``/``v`` ``[T, Hkv, D]`` at their slots."""
     two, hkv, num_blocks, bs, d = kv_cache.shape
     flat = kv_cache.view(two, hkv, num_blocks * bs, d)
+    if k.dtype != kv_cache.dtype:
+        k, v = k.to(kv_cache.dtype), v.to(kv_cache.dtype)
     flat[0].index_copy_(1, slot_mapping, k.transpose(0, 1))
     flat[1].index_copy_(1, slot_mapping, v.transpose(0, 1))
 
 
-def _gather(kv_cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """K and V of whole blocks: ``[2, B, Hkv, nb * block_size, D]``. ``index_select`` copies
-    each block as one contiguous row (advanced indexing was ~6x slower on CPU)."""
+def _gather(kv_cache: torch.Tensor, blocks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """K and V of whole blocks in ``dtype``: ``[2, B, Hkv, nb * block_size, D]``.
+    ``index_select`` copies each block as one contiguous row (advanced indexing was ~6x slower
+    on CPU)."""
     two, hkv, num_blocks, bs, d = kv_cache.shape
     b, nb = blocks.shape
     rows = kv_cache.view(two * hkv, num_blocks, bs * d).index_select(1, blocks.reshape(-1))
+    if rows.dtype != dtype:
+        rows = rows.to(dtype)
     return rows.view(two, hkv, b, nb * bs, d).transpose(1, 2)
 
 
@@ -89,6 +96,10 @@ def _decode_spans(q: torch.Tensor, kv_cache: torch.Tensor, spans: list[tuple[int
     keys, values = kv_cache.view(two, 1, hkv, num_blocks * bs, d).unbind(0)
     qs = q[:b].view(b, 1, hkv, hq // hkv, d).unbind(0)
     sdpa = F.scaled_dot_product_attention
+    if kv_cache.dtype != q.dtype:  # a cache stored narrower: widen each span as it is read
+        outs = [sdpa(qi, keys.narrow(2, lo, n).to(q.dtype), values.narrow(2, lo, n).to(q.dtype),
+                     scale=scale) for qi, (lo, n) in zip(qs, spans, strict=True)]
+        return [torch.cat(outs).view(b, hq, d)]
     outs = [sdpa(qi, keys.narrow(2, lo, n), values.narrow(2, lo, n), scale=scale)
             for qi, (lo, n) in zip(qs, spans, strict=True)]
     return [torch.cat(outs).view(b, hq, d)]
@@ -100,7 +111,7 @@ def _decode_bucket(q: torch.Tensor, kv_cache: torch.Tensor, bucket: DecodeBucket
     # axis, [B, Hkv, G, D], so SDPA needs no repeated K/V and the mask broadcasts over G.
     b, hq, d = q.shape
     hkv = kv_cache.shape[1]
-    kv = _gather(kv_cache, bucket.blocks)
+    kv = _gather(kv_cache, bucket.blocks, q.dtype)
     mask = bucket.mask if bucket.mask.dtype == q.dtype else bucket.mask.to(q.dtype)
     out = F.scaled_dot_product_attention(q.view(b, hkv, hq // hkv, d), kv[0], kv[1],
                                          attn_mask=mask, scale=scale)
@@ -120,7 +131,7 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.
                                                  is_causal=group.mask is None, scale=scale,
                                                  enable_gqa=gqa)
         else:
-            kv = _gather(kv_cache, group.blocks)
+            kv = _gather(kv_cache, group.blocks, q.dtype)
             res = F.scaled_dot_product_attention(qs, kv[0], kv[1], attn_mask=group.mask,
                                                  scale=scale, enable_gqa=gqa)
         out[lo:hi] = res[0].transpose(0, 1)
@@ -129,7 +140,7 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.
     assert group.out_index is not None and group.blocks is not None
     p, max_q = group.num_seqs, group.max_q
     qp = q.index_select(0, group.token_index).view(p, max_q, q.shape[1], q.shape[2])
-    kv = _gather(kv_cache, group.blocks)
+    kv = _gather(kv_cache, group.blocks, q.dtype)
     res = F.scaled_dot_product_attention(qp.transpose(1, 2), kv[0], kv[1], attn_mask=group.mask,
                                          scale=scale, enable_gqa=gqa)
     res = res.transpose(1, 2).reshape(p * max_q, q.shape[1], q.shape[2])

@@ -122,10 +122,13 @@ class CpuLayerPath:
         eps, offset = float(spec.rms_norm_eps), int(spec.norm_offset)
         width = (hq + 2 * hkv) * d
         cache_shape = kv_caches[0].shape
+        cache_dtype = kv_caches[0].dtype
         for c in kv_caches:
-            if c.shape != cache_shape or not c.is_contiguous() or c.dtype != torch.float32:
-                raise ValueError(f"every layer's KV cache must be a contiguous float32 "
-                                 f"{tuple(cache_shape)} tensor, got {c.dtype} {tuple(c.shape)}")
+            if c.shape != cache_shape or not c.is_contiguous() or c.dtype != cache_dtype \
+                    or cache_dtype not in (torch.float32, torch.float16):
+                raise ValueError(f"every layer's KV cache must be a contiguous float32 (or "
+                                 f"float16) {tuple(cache_shape)} tensor of one dtype, got "
+                                 f"{c.dtype} {tuple(c.shape)}")
         if h.dtype != torch.float32 or not h.is_contiguous():
             h = h.float().contiguous()
         half = cos.shape[-1]
@@ -141,7 +144,8 @@ class CpuLayerPath:
                              f"{slots.dtype} {tuple(slots.shape)}")
         slots_ptr = slots.data_ptr()
         slots_per_head = cache_shape[2] * cache_shape[3]
-        norm, rope, silu = ops.fn_add_rms_norm, ops.fn_rope_store, ops.fn_silu_mul
+        norm, silu = ops.fn_add_rms_norm, ops.fn_silu_mul
+        rope = ops.fn_rope_store_f16 if cache_dtype == torch.float16 else ops.fn_rope_store
         bound: dict[int, Any] = {}
 
         residual = h

@@ -1,6 +1,7 @@
 """Compiled CPU float32 ops for the work of a decoder layer outside its linears (``cpu_ops.c``,
 built on first use into the aioengine cache like the other CPU kernels, loaded with ctypes):
-residual add + RMSNorm, rotary embedding + KV-cache write, SiLU-and-multiply.
+residual add + RMSNorm, rotary embedding + KV-cache write (float32 or float16 cache),
+SiLU-and-multiply.
 
 ``CpuOps``' methods check their tensors and name what is wrong (``CpuOpsError``); the model's
 CPU fast path (``aioengine.worker.models.cpu_path``) checks shapes once per step and calls the
@@ -63,9 +64,12 @@ class CpuOps:
         self.fn_add_rms_norm.argtypes = (_P, _I, _P, _I, _P, _P, _I, _I, _I, _F, _C, _C)
         self.fn_rope_store = lib.rope_store_f32
         self.fn_rope_store.argtypes = (_P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _I, _P)
+        self.fn_rope_store_f16 = lib.rope_store_f16  # the same over a float16 cache
+        self.fn_rope_store_f16.argtypes = self.fn_rope_store.argtypes
         self.fn_silu_mul = lib.silu_mul_f32
         self.fn_silu_mul.argtypes = (_P, _I, _P, _I, _I, _I)
-        for fn in (self.fn_add_rms_norm, self.fn_rope_store, self.fn_silu_mul):
+        for fn in (self.fn_add_rms_norm, self.fn_rope_store, self.fn_rope_store_f16,
+                   self.fn_silu_mul):
             fn.restype = ctypes.c_int
 
     @staticmethod
@@ -107,7 +111,8 @@ class CpuOps:
                    slots: torch.Tensor | None = None) -> None:
         """Rotate the q and k heads of ``qkv`` ``[T, (Hq + 2 Hkv) * D]`` in place ("rotate
         half", cos/sin ``[T, R/2]``, dims past R unrotated); with ``kv_cache``
-        ``[2, Hkv, num_blocks, block_size, D]``, store each token's k and v at ``slots[t]``."""
+        ``[2, Hkv, num_blocks, block_size, D]`` (float32, or float16: k and v rounded to
+        nearest even), store each token's k and v at ``slots[t]``."""
         t = qkv.shape[0] if qkv.dim() == 2 else -1
         width = (num_heads + 2 * num_kv_heads) * head_dim
         if t < 0:
@@ -124,17 +129,20 @@ class CpuOps:
             raise CpuOpsError(f"rotary dims {2 * half} exceed head_dim {head_dim}")
         slots_per_head = 0
         if kv_cache is not None:
-            if kv_cache.dtype != torch.float32 or kv_cache.dim() != 5 \
+            if kv_cache.dtype not in (torch.float32, torch.float16) or kv_cache.dim() != 5 \
                     or tuple(kv_cache.shape[:2]) != (2, num_kv_heads) \
                     or kv_cache.shape[4] != head_dim or not kv_cache.is_contiguous():
-                raise CpuOpsError(f"kv_cache must be a contiguous float32 [2, {num_kv_heads}, "
+                raise CpuOpsError(f"kv_cache must be a contiguous float32 or float16 [2, "
+                                  f"{num_kv_heads}, "
                                   f"num_blocks, block_size, {head_dim}], got {kv_cache.dtype} "
                                   f"{tuple(kv_cache.shape)}")
             if slots is None or slots.dtype != torch.int64 or slots.shape != (t,) \
                     or not slots.is_contiguous():
                 raise CpuOpsError(f"slots must be a contiguous int64 [{t}] with the cache")
             slots_per_head = kv_cache.shape[2] * kv_cache.shape[3]
-        code = self.fn_rope_store(
+        fn = self.fn_rope_store_f16 if kv_cache is not None \
+            and kv_cache.dtype == torch.float16 else self.fn_rope_store
+        code = fn(
             qkv.data_ptr(), _ld(qkv), t, num_heads, num_kv_heads, head_dim, cos.data_ptr(),
             sin.data_ptr(), half, None if kv_cache is None else kv_cache.data_ptr(),
             slots_per_head, None if slots is None else slots.data_ptr())

@@ -18,6 +18,27 @@
 #include <stdint.h>
 #include <string.h>
 
+/* float32 -> float16 of n values, rounded to nearest even (as torch's .half() rounds). */
+#if defined(__F16C__)
+#include <immintrin.h>
+static inline void narrow_f16(const float *restrict src, uint16_t *restrict dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+#elif defined(__FLT16_MAX__)
+static inline void narrow_f16(const float *restrict src, uint16_t *restrict dst, int64_t n) {
+    _Float16 *h = (_Float16 *)dst;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = (_Float16)src[i];
+}
+#else
+#error "no float16 support in this compiler (neither F16C nor _Float16)"
+#endif
+
 #define OPS_OK 0
 #define OPS_BAD_SHAPE -1
 #define OPS_BAD_SLOT -2
@@ -63,10 +84,12 @@ int add_rms_norm_f32(const float *x, int64_t ldx, float *residual, int64_t ldr, 
  * qkv + i * ldq: hq query heads, hkv key heads, hkv value heads of d floats), "rotate half"
  * layout over the first 2 * half dims of each head (the rest pass through), with cos/sin rows
  * of `half` floats per token (cos + i * half). Then, when kv is not NULL, each token's k
- * (rotated) and v are stored at its slot: kv is [2, hkv, slots_per_head, d] (k then v). */
-int rope_store_f32(float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, int64_t d,
-                   const float *cos_t, const float *sin_t, int64_t half, float *kv,
-                   int64_t slots_per_head, const int64_t *slots) {
+ * (rotated) and v are stored at its slot: kv is [2, hkv, slots_per_head, d] (k then v), float32
+ * (rope_store_f32) or float16 (rope_store_f16: rounded to nearest even). */
+static inline __attribute__((always_inline)) int rope_store(
+        float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, int64_t d,
+        const float *cos_t, const float *sin_t, int64_t half, void *kv, int f16,
+        int64_t slots_per_head, const int64_t *slots) {
     if (t < 0 || hq < 1 || hkv < 1 || d < 1 || half < 0 || 2 * half > d
         || ldq < (hq + 2 * hkv) * d)
         return OPS_BAD_SHAPE;
@@ -92,14 +115,34 @@ int rope_store_f32(float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, 
         if (kv) {
             int64_t slot = slots[i];
             for (int64_t h = 0; h < hkv; h++) {
-                memcpy(kv + (h * slots_per_head + slot) * d, row + (hq + h) * d,
-                       (size_t)d * sizeof(float));
-                memcpy(kv + ((hkv + h) * slots_per_head + slot) * d, row + (hq + hkv + h) * d,
-                       (size_t)d * sizeof(float));
+                int64_t ko = (h * slots_per_head + slot) * d;
+                int64_t vo = ((hkv + h) * slots_per_head + slot) * d;
+                if (f16) {
+                    narrow_f16(row + (hq + h) * d, (uint16_t *)kv + ko, d);
+                    narrow_f16(row + (hq + hkv + h) * d, (uint16_t *)kv + vo, d);
+                } else {
+                    memcpy((float *)kv + ko, row + (hq + h) * d, (size_t)d * sizeof(float));
+                    memcpy((float *)kv + vo, row + (hq + hkv + h) * d,
+                           (size_t)d * sizeof(float));
+                }
             }
         }
     }
     return OPS_OK;
+}
+
+int rope_store_f32(float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, int64_t d,
+                   const float *cos_t, const float *sin_t, int64_t half, float *kv,
+                   int64_t slots_per_head, const int64_t *slots) {
+    return rope_store(qkv, ldq, t, hq, hkv, d, cos_t, sin_t, half, kv, 0, slots_per_head,
+                      slots);
+}
+
+int rope_store_f16(float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, int64_t d,
+                   const float *cos_t, const float *sin_t, int64_t half, uint16_t *kv,
+                   int64_t slots_per_head, const int64_t *slots) {
+    return rope_store(qkv, ldq, t, hq, hkv, d, cos_t, sin_t, half, kv, 1, slots_per_head,
+                      slots);
 }
 
 /* exp(x), branch-free so loops around it vectorize: x clamped to [-87, 88] (results stay normal

@@ -1,5 +1,6 @@
-"""A compiled C kernel for CPU float32 paged decode attention: built on first use with the
-system C compiler into the aioengine cache, loaded with ctypes (see ``build`` and ``kernel``)."""
+"""A compiled C kernel for CPU float32 paged decode attention over a float32 or float16 KV
+cache: built on first use with the system C compiler into the aioengine cache, loaded with
+ctypes (see ``build`` and ``kernel``)."""
 
 from aioengine.worker.attention.cpu_kernel.build import (
     COMPILER_ENV,

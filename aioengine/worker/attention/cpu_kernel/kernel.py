@@ -44,27 +44,34 @@ class PagedDecodeKernel:
         except OSError as e:
             raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
         fn = lib.paged_decode_attention
-        fn.argtypes = _ARGTYPES
-        fn.restype = ctypes.c_int
+        fn16 = lib.paged_decode_attention_f16  # the same over a float16 cache
+        for f in (fn, fn16):
+            f.argtypes = _ARGTYPES
+            f.restype = ctypes.c_int
         self.path = path
         self._lib = lib  # keeps the library mapped as long as the function is used
         self._fn = fn
+        self._fn16 = fn16
+
+    def _fn_for(self, kv_cache: torch.Tensor) -> Any:
+        return self._fn16 if kv_cache.dtype == torch.float16 else self._fn
 
     def __call__(self, q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
                  context_lens: torch.Tensor, scale: float, out: torch.Tensor,
                  rows: torch.Tensor | None = None,
                  window_starts: torch.Tensor | None = None) -> torch.Tensor:
         """``q`` ``[T, Hq, D]`` float32 (rows may be strided, each row's ``[Hq, D]``
-        contiguous); ``kv_cache`` ``[2, Hkv, num_blocks, block_size, D]`` contiguous float32;
+        contiguous); ``kv_cache`` ``[2, Hkv, num_blocks, block_size, D]`` contiguous float32
+        or float16;
         ``block_tables`` ``[B, max_blocks]`` and ``context_lens`` ``[B]`` int64; ``out``
         ``[T, Hq, D]`` contiguous float32. Sequence b uses row ``rows[b]`` of q and out
         (``rows`` int64 ``[B]``; None: row b). ``window_starts`` int64 ``[B]``: sequence b
         attends keys ``window_starts[b] .. context_lens[b] - 1`` (sliding window; None: from
         0). Returns ``out``."""
-        if q.dtype != torch.float32 or kv_cache.dtype != torch.float32 \
-                or out.dtype != torch.float32:
-            raise DecodeKernelError(f"q, kv_cache and out must be float32, got {q.dtype}, "
-                                    f"{kv_cache.dtype}, {out.dtype}")
+        if q.dtype != torch.float32 or out.dtype != torch.float32 \
+                or kv_cache.dtype not in (torch.float32, torch.float16):
+            raise DecodeKernelError(f"q and out must be float32 and kv_cache float32 or "
+                                    f"float16, got {q.dtype}, {out.dtype}, {kv_cache.dtype}")
         if q.device.type != "cpu" or kv_cache.device.type != "cpu":
             raise DecodeKernelError(f"the decode kernel runs on CPU tensors, got q on "
                                     f"{q.device} and kv_cache on {kv_cache.device}")
@@ -101,7 +108,8 @@ class PagedDecodeKernel:
                                           or not window_starts.is_contiguous()):
             raise DecodeKernelError(f"window_starts must be a contiguous int64 [{b}] tensor, "
                                     f"got {window_starts.dtype} {tuple(window_starts.shape)}")
-        call = BoundDecode(self._fn, q.stride(0), None if rows is None else rows.data_ptr(), t,
+        call = BoundDecode(self._fn_for(kv_cache), q.stride(0),
+                           None if rows is None else rows.data_ptr(), t,
                            block_tables.data_ptr(), context_lens.data_ptr(),
                            None if window_starts is None else window_starts.data_ptr(), b, hq,
                            hkv, d, bs, num_blocks, max_blocks, scale)
@@ -117,7 +125,8 @@ class PagedDecodeKernel:
         and out of the same shapes, strides and dtypes (the tables and lengths must stay
         alive and unchanged: the step's metadata holds them)."""
         self(q, kv_cache, block_tables, context_lens, scale, out, rows, window_starts)
-        return BoundDecode(self._fn, q.stride(0), None if rows is None else rows.data_ptr(),
+        return BoundDecode(self._fn_for(kv_cache), q.stride(0),
+                           None if rows is None else rows.data_ptr(),
                            q.shape[0], block_tables.data_ptr(), context_lens.data_ptr(),
                            None if window_starts is None else window_starts.data_ptr(),
                            block_tables.shape[0], q.shape[1], kv_cache.shape[1], q.shape[2],

@@ -1,7 +1,9 @@
 /* Paged decode attention on CPU: one query token per sequence, keys and values read straight
  * out of the block-structured KV cache (no gather, no contiguity requirement).
  *
- * Cache of one layer: [2, Hkv, num_blocks, bs, D] float32 (k, v); a block of one head is one
+ * Cache of one layer: [2, Hkv, num_blocks, bs, D] float32 (k, v), or IEEE float16 with
+ * paged_decode_attention_f16 (half the bytes to read; each block is widened to float32 in an
+ * L1 scratch as it is read, with F16C where the CPU has it); a block of one head is one
  * contiguous [bs, D] matrix. Query head h reads kv head h / (Hq / Hkv) (grouped-query
  * attention): the G query heads of a kv head are done together, so each key and value row is
  * loaded once for all of them.
@@ -65,6 +67,26 @@ static inline float dot(const float *restrict a, const float *restrict b, int64_
 #define PD_AVX2 1
 #endif
 
+/* float16 -> float32 of n values (exact: every half is a float). */
+#if defined(__F16C__)
+#include <immintrin.h>
+static inline void widen_f16(const uint16_t *restrict src, float *restrict dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++)
+        dst[i] = _cvtsh_ss(src[i]);
+}
+#elif defined(__FLT16_MAX__)
+static inline void widen_f16(const uint16_t *restrict src, float *restrict dst, int64_t n) {
+    const _Float16 *h = (const _Float16 *)src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = (float)h[i];
+}
+#else
+#error "no float16 support in this compiler (neither F16C nor _Float16)"
+#endif
+
 /* s[t] = q . k_t for n key rows of D floats at kb. With AVX2+FMA and D a multiple of 8, eight
  * keys at a time: eight independent accumulator chains (one dot product's chain of D/8
  * dependent FMAs left the units idle: ~36 us per SmolLM2 layer at 300 keys), then one
@@ -102,14 +124,30 @@ static inline void dot_rows(const float *restrict q, const float *restrict kb, i
         s[t] = dot(q, kb + t * D, D);
 }
 
+/* s[first .. ctx) <- exp(s - max s) in place; returns their sum (the softmax denominator). */
+static inline float softmax_weights(float *restrict s, int64_t first, int64_t ctx) {
+    float m = s[first];
+#pragma omp simd reduction(max : m)
+    for (int64_t i = first + 1; i < ctx; i++)
+        m = s[i] > m ? s[i] : m;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = first; i < ctx; i++) {
+        float e = exp_nonpositive(s[i] - m);
+        s[i] = e;
+        sum += e;
+    }
+    return sum;
+}
+
 /* Ask for block j + 1 while block j is worked on, when it is not the adjacent one (those the
  * hardware prefetcher streams already): on blocks scattered over the cache a layer of 32
  * decodes ran 1.2-1.27x faster (~2.0 -> ~1.6 ms); on runs of adjacent blocks no change. */
-static inline void prefetch_next(const float *plane, const int64_t *table, int64_t j,
-                                 int64_t nblocks, int64_t block_floats) {
+static inline void prefetch_next(const void *plane, const int64_t *table, int64_t j,
+                                 int64_t nblocks, int64_t block_bytes) {
     if (j + 1 < nblocks && table[j + 1] != table[j] + 1) {
-        const float *next = plane + table[j + 1] * block_floats;
-        for (int64_t o = 0; o < block_floats; o += 16) /* one 64-byte line per prefetch */
+        const char *next = (const char *)plane + table[j + 1] * block_bytes;
+        for (int64_t o = 0; o < block_bytes; o += 64) /* one 64-byte line per prefetch */
             __builtin_prefetch(next + o);
     }
 }
@@ -128,24 +166,14 @@ static inline __attribute__((always_inline)) void attend_head(
     for (int64_t j = j0; j < nblocks; j++) {
         const float *kb = kplane + table[j] * bs * D;
         int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
-        prefetch_next(kplane, table, j, nblocks, bs * D);
+        prefetch_next(kplane, table, j, nblocks, bs * D * 4);
         int64_t t0 = j == j0 ? first - j * bs : 0;
         for (int64_t g = 0; g < G; g++) /* the block's keys stay in L1 across the G heads */
             dot_rows(qs + g * D, kb + t0 * D, n - t0, D, scores + g * ctx + j * bs + t0);
     }
     for (int64_t g = 0; g < G; g++) {
         float *restrict s = scores + g * ctx;
-        float m = s[first];
-#pragma omp simd reduction(max : m)
-        for (int64_t i = first + 1; i < ctx; i++)
-            m = s[i] > m ? s[i] : m;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t i = first; i < ctx; i++) {
-            float e = exp_nonpositive(s[i] - m);
-            s[i] = e;
-            sum += e;
-        }
+        float sum = softmax_weights(s, first, ctx);
         /* Weighted sum of the value rows, one query head at a time: its D accumulators stay
          * in registers across the rows (re-reading a block's values per head hits L1). */
         memset(acc, 0, (size_t)D * sizeof(float));
@@ -154,7 +182,7 @@ static inline __attribute__((always_inline)) void attend_head(
             const float *restrict p = s + j * bs;
             int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
             if (g == 0)
-                prefetch_next(vplane, table, j, nblocks, bs * D);
+                prefetch_next(vplane, table, j, nblocks, bs * D * 4);
             for (int64_t t = j == j0 ? first - j * bs : 0; t < n; t++) {
 #pragma omp simd
                 for (int64_t i = 0; i < D; i++)
@@ -169,17 +197,69 @@ static inline __attribute__((always_inline)) void attend_head(
     }
 }
 
+/* attend_head over a float16 cache: each block's keys (then values) widened once into `blk`
+ * (bs * D floats, stays in L1) and used for all G query heads; the weighted sum of values goes
+ * block by block into `acc` (G * D floats), `sums` holds the G softmax denominators. */
+static inline __attribute__((always_inline)) void attend_head_f16(
+        const float *restrict qs, const uint16_t *restrict kplane,
+        const uint16_t *restrict vplane, const int64_t *restrict table, int64_t first,
+        int64_t ctx, int64_t G, int64_t D, int64_t bs, float *restrict scores,
+        float *restrict acc, float *restrict sums, float *restrict blk, float *restrict out) {
+    int64_t nblocks = (ctx + bs - 1) / bs;
+    int64_t j0 = first / bs;
+    for (int64_t j = j0; j < nblocks; j++) {
+        int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
+        int64_t t0 = j == j0 ? first - j * bs : 0;
+        prefetch_next(kplane, table, j, nblocks, bs * D * 2);
+        widen_f16(kplane + (table[j] * bs + t0) * D, blk, (n - t0) * D);
+        for (int64_t g = 0; g < G; g++)
+            dot_rows(qs + g * D, blk, n - t0, D, scores + g * ctx + j * bs + t0);
+    }
+    for (int64_t g = 0; g < G; g++) {
+        sums[g] = softmax_weights(scores + g * ctx, first, ctx);
+    }
+    memset(acc, 0, (size_t)(G * D) * sizeof(float));
+    for (int64_t j = j0; j < nblocks; j++) {
+        int64_t n = ctx - j * bs < bs ? ctx - j * bs : bs;
+        int64_t t0 = j == j0 ? first - j * bs : 0;
+        prefetch_next(vplane, table, j, nblocks, bs * D * 2);
+        widen_f16(vplane + (table[j] * bs + t0) * D, blk, (n - t0) * D);
+        for (int64_t g = 0; g < G; g++) {
+            float *restrict a = acc + g * D;
+            const float *restrict p = scores + g * ctx + j * bs;
+            for (int64_t t = t0; t < n; t++) {
+                const float *restrict vr = blk + (t - t0) * D;
+#pragma omp simd
+                for (int64_t i = 0; i < D; i++)
+                    a[i] += p[t] * vr[i];
+            }
+        }
+    }
+    for (int64_t g = 0; g < G; g++) {
+        float inv = 1.0f / sums[g];
+        float *restrict o = out + g * D;
+        const float *restrict a = acc + g * D;
+#pragma omp simd
+        for (int64_t i = 0; i < D; i++)
+            o[i] = a[i] * inv;
+    }
+}
+
+/* f16: the cache holds float16 (kv is a const uint16_t *), else float32; a constant at every
+ * call site, so each copy keeps one path. */
 static inline __attribute__((always_inline)) void run_batch(
         const float *restrict q, int64_t q_stride, const int64_t *restrict rows,
-        const float *restrict kv, const int64_t *restrict block_tables,
+        const void *restrict kv, int f16, const int64_t *restrict block_tables,
         const int64_t *restrict context_lens, const int64_t *restrict window_starts,
         float *restrict out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
         int64_t num_blocks, int64_t max_blocks, float scale, float *restrict scratch,
         int64_t max_ctx) {
     int64_t G = Hq / Hkv;
     float *qs = scratch;
-    float *acc = qs + G * D;
-    float *scores = acc + D;
+    float *acc = qs + G * D; /* G * D floats (float16: all heads at once; float32: one) */
+    float *sums = acc + G * D;
+    float *blk = sums + G;
+    float *scores = blk + bs * D;
     int64_t plane = num_blocks * bs * D; /* one head's k (or v) of every block */
     (void)max_ctx;
     for (int64_t b = 0; b < B; b++) {
@@ -192,9 +272,17 @@ static inline __attribute__((always_inline)) void run_batch(
 #pragma omp simd
             for (int64_t i = 0; i < G * D; i++)
                 qs[i] = qh[i] * scale;
-            attend_head(qs, kv + h * plane, kv + (Hkv + h) * plane, table,
-                        window_starts ? window_starts[b] : 0, context_lens[b], G, D, bs, scores,
-                        acc, orow + h * G * D);
+            int64_t first = window_starts ? window_starts[b] : 0;
+            if (f16) {
+                const uint16_t *kvh = kv;
+                attend_head_f16(qs, kvh + h * plane, kvh + (Hkv + h) * plane, table, first,
+                                context_lens[b], G, D, bs, scores, acc, sums, blk,
+                                orow + h * G * D);
+            } else {
+                const float *kvf = kv;
+                attend_head(qs, kvf + h * plane, kvf + (Hkv + h) * plane, table, first,
+                            context_lens[b], G, D, bs, scores, acc, orow + h * G * D);
+            }
         }
     }
 }
@@ -207,12 +295,11 @@ static inline __attribute__((always_inline)) void run_batch(
  * before it are never read, so they may have been freed and reused).
  * Every id and length is checked before anything is read: returns PD_OK, or a
  * negative PD_* code (nothing written) naming what was wrong. */
-int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows,
-                           int64_t num_rows, const float *kv, const int64_t *block_tables,
-                           const int64_t *context_lens, const int64_t *window_starts,
-                           float *out, int64_t B, int64_t Hq,
-                           int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks,
-                           int64_t max_blocks, float scale) {
+static inline __attribute__((always_inline)) int decode(
+        const float *q, int64_t q_stride, const int64_t *rows, int64_t num_rows,
+        const void *kv, int f16, const int64_t *block_tables, const int64_t *context_lens,
+        const int64_t *window_starts, float *out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
+        int64_t bs, int64_t num_blocks, int64_t max_blocks, float scale) {
     if (B < 0 || Hkv < 1 || Hq < Hkv || Hq % Hkv || D < 1 || bs < 1 || max_blocks < 0)
         return PD_BAD_SHAPE;
     if (!rows && B > num_rows)
@@ -234,13 +321,13 @@ int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows
                 return PD_BAD_BLOCK_ID;
     }
     int64_t G = Hq / Hkv;
-    float *scratch = malloc((size_t)(G * D + D + G * max_ctx) * sizeof(float));
+    float *scratch = malloc((size_t)(2 * G * D + G + bs * D + G * max_ctx) * sizeof(float));
     if (!scratch)
         return PD_NO_MEMORY;
     /* Common head dims get their own copy with D a constant (unrolled, no remainder loops). */
-#define PD_RUN(DIM) run_batch(q, q_stride, rows, kv, block_tables, context_lens, window_starts, \
-                              out, B, Hq, Hkv, DIM, bs, num_blocks, max_blocks, scale, scratch, \
-                              max_ctx)
+#define PD_RUN(DIM) run_batch(q, q_stride, rows, kv, f16, block_tables, context_lens, \
+                              window_starts, out, B, Hq, Hkv, DIM, bs, num_blocks, max_blocks, \
+                              scale, scratch, max_ctx)
     switch (D) {
     case 32: PD_RUN(32); break;
     case 64: PD_RUN(64); break;
@@ -250,4 +337,25 @@ int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows
 #undef PD_RUN
     free(scratch);
     return PD_OK;
+}
+
+int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows,
+                           int64_t num_rows, const float *kv, const int64_t *block_tables,
+                           const int64_t *context_lens, const int64_t *window_starts,
+                           float *out, int64_t B, int64_t Hq,
+                           int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks,
+                           int64_t max_blocks, float scale) {
+    return decode(q, q_stride, rows, num_rows, kv, 0, block_tables, context_lens,
+                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale);
+}
+
+/* The same over a float16 cache (IEEE binary16 bits, e.g. a torch.float16 tensor). */
+int paged_decode_attention_f16(const float *q, int64_t q_stride, const int64_t *rows,
+                               int64_t num_rows, const uint16_t *kv,
+                               const int64_t *block_tables, const int64_t *context_lens,
+                               const int64_t *window_starts, float *out, int64_t B,
+                               int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
+                               int64_t num_blocks, int64_t max_blocks, float scale) {
+    return decode(q, q_stride, rows, num_rows, kv, 1, block_tables, context_lens,
+                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale);
 }
