@@ -22,6 +22,7 @@ from aioengine.hub import ResolvedModel, resolve_model
 from aioengine.messages.launch import DETOK_TARGET, ENGINE_TARGET, DetokLaunch, EngineLaunch
 from aioengine.runtime import ChildSpec, EngineDeadError, EngineStartupError, Supervisor
 from aioengine.runtime.errors import describe_exitcode
+from aioengine.runtime.heap_env import model_process_env
 from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
             engine_in = payload[DETOK_NAME]["request_url"]
             engine_out = payload[DETOK_NAME]["output_url"]
         launch = EngineLaunch(config.to_msgpack(), engine_in, engine_out)
-        spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode())
+        spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode(), env=model_process_env())
         if config.detokenize_in == "process":
             await to_thread(supervisor.spawn, spec)
             payload = await to_thread(supervisor.wait_ready, config.startup_timeout,

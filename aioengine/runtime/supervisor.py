@@ -11,9 +11,11 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from typing import Any
 
@@ -31,6 +33,29 @@ convention). Called from the monitor thread within 1 s of a death the supervisor
 by ``shutdown()``."""
 
 
+_env_lock = threading.Lock()
+
+
+@contextmanager
+def _child_env(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` in ``os.environ`` while a child is spawned (spawn execs a fresh interpreter with
+    the current environment and takes no env of its own), then the previous values back."""
+    if not env:
+        yield
+        return
+    with _env_lock:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 @dataclass(frozen=True)
 class ChildSpec:
     """One child process: its name (also its process title), the target factory that builds its
@@ -39,6 +64,9 @@ class ChildSpec:
     name: str
     target: TargetRef
     args: bytes = b""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Variables set in the child's environment from its first instruction: for what is read
+    before the interpreter runs (``GLIBC_TUNABLES``); the parent's own environment is kept."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or not self.name.isprintable():
@@ -53,6 +81,10 @@ class ChildSpec:
         else:
             raise TypeError(f"target of child {self.name!r} must be a 'module:qualname' str or "
                             f"a callable, got {type(self.target).__name__}")
+        if not all(isinstance(k, str) and k and "=" not in k and isinstance(v, str)
+                   for k, v in self.env.items()):
+            raise ValueError(f"env of child {self.name!r} must map names to str values, got "
+                             f"{dict(self.env)!r}")
         if not isinstance(self.args, (bytes, bytearray)):
             raise TypeError(f"args of child {self.name!r} must be bytes (encode structured data "
                             f"as msgpack), got {type(self.args).__name__}")
@@ -117,7 +149,8 @@ class Supervisor:
         resource_tracker.ensure_running()
         unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            process.start()
+            with _child_env(spec.env):
+                process.start()
         except BaseException:
             reader.close()
             raise

@@ -46,7 +46,8 @@ class Idle(BusyLoopTarget):
         self.args = args
 
     def init(self, ctx: LoopContext) -> dict[str, Any]:
-        return {"pid": os.getpid(), **self.args.get("payload", {})}
+        env = {k: os.environ.get(k) for k in self.args.get("env_names", [])}
+        return {"pid": os.getpid(), **self.args.get("payload", {}), **({"env": env} if env else {})}
 
     def step(self, ctx: LoopContext) -> None:
         ctx.wait(0.05)

@@ -16,6 +16,7 @@ from aioengine.client.launch import ENGINE_NAME
 from aioengine.messages.launch import ENGINE_TARGET
 from aioengine.runtime import ChildSpec, Supervisor
 from aioengine.runtime.errors import describe_exitcode
+from aioengine.runtime.heap_env import model_process_env
 
 
 class ReplicaActor:
@@ -39,7 +40,8 @@ class ReplicaActor:
         """Spawn the engine with its ``EngineLaunch`` and wait for READY; its payload, with the
         engine's pid (on this node) added."""
         self._supervisor = Supervisor(self._on_death)
-        payload = self._supervisor.start([ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch)],
+        payload = self._supervisor.start([ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch,
+                                                     env=model_process_env())],
                                          timeout)[ENGINE_NAME]
         return {**payload, "pid": self._supervisor.pid(ENGINE_NAME), "actor_pid": os.getpid()}
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from aioengine.runtime.heap_env import HUGE_PAGES_ENV
 from aioengine.worker.cbuild import KernelBuildError
 from aioengine.worker.quant import kernel as _qkernel
 
@@ -34,7 +35,6 @@ MAX_ROWS = 8
 which reuses each weight across rows better than a GEMV can."""
 DISABLE_ENV = "AIOENGINE_CPU_GEMV"
 """``0`` turns the kernel off (torch's F.linear everywhere), for A/B measurements."""
-HUGE_PAGES_ENV = "AIOENGINE_HUGE_PAGES"
 """``0`` leaves the float weights where the loader put them (no huge-page arena), for A/B."""
 HUGE_PAGE = 2 << 20
 

@@ -1,0 +1,53 @@
+"""ChildSpec.env: variables a child starts with (glibc reads GLIBC_TUNABLES before Python runs),
+set for the spawn only; the model processes get the huge-page heap tunable by default."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from aioengine.runtime import ChildSpec, Supervisor
+from aioengine.runtime.heap_env import HUGE_PAGES_ENV, model_process_env
+from tests.runtime.targets import encode_args
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def test_the_child_starts_with_env_and_the_parent_keeps_its_own(monkeypatch) -> None:
+    monkeypatch.setenv("AIOENGINE_TEST_KEPT", "parent")
+    monkeypatch.delenv("AIOENGINE_TEST_NEW", raising=False)
+    sup = Supervisor()
+    try:
+        names = ["AIOENGINE_TEST_KEPT", "AIOENGINE_TEST_NEW", "GLIBC_TUNABLES"]
+        ready = sup.start([ChildSpec(
+            "aioengine-test-env", "tests.runtime.targets:idle", encode_args(env_names=names),
+            env={"AIOENGINE_TEST_KEPT": "child", "AIOENGINE_TEST_NEW": "1",
+                 "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"})], 60)
+        child = ready["aioengine-test-env"]["env"]  # the child's process title hides /proc environ
+        assert child["AIOENGINE_TEST_KEPT"] == "child" and child["AIOENGINE_TEST_NEW"] == "1"
+        assert child["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+    finally:
+        sup.shutdown()
+    assert os.environ["AIOENGINE_TEST_KEPT"] == "parent"
+    assert "AIOENGINE_TEST_NEW" not in os.environ
+
+
+@pytest.mark.parametrize("env", [{"": "x"}, {"A=B": "x"}, {"A": 1}])
+def test_bad_env_is_refused_by_name(env) -> None:
+    with pytest.raises(ValueError, match="env of child 'c' must map names to str values"):
+        ChildSpec("c", "tests.runtime.targets:idle", env=env)
+
+
+def test_model_process_env(monkeypatch) -> None:
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv(HUGE_PAGES_ENV, raising=False)
+    assert model_process_env() == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert model_process_env() == {
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")  # the user's choice stands
+    assert model_process_env() == {}
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    monkeypatch.setenv(HUGE_PAGES_ENV, "0")
+    assert model_process_env() == {}
