@@ -3,8 +3,7 @@ task (``trio.run``, or ``anyio.run(..., backend="trio")``).
 
 The engine runs in child processes; the client picks trio's objects when it starts (its
 background tasks are trio system tasks), so this program's own tasks (here, a heartbeat in a
-nursery) keep running while tokens stream in. Under trio the client's channels use the ``shm``
-transport (the default).
+nursery) keep running while tokens stream in.
 
     python examples/embed_in_trio.py "Once upon a time"
 """

@@ -24,6 +24,7 @@ from transports.errors import (
     TransportError,
 )
 from transports.factory import (
+    async_backends,
     open_async_broadcast_reader,
     open_async_broadcast_writer,
     open_async_reader,
@@ -48,6 +49,7 @@ __all__ = [
     "SyncReader",
     "SyncWriter",
     "TransportError",
+    "async_backends",
     "open_async_broadcast_reader",
     "open_async_broadcast_writer",
     "open_async_reader",

@@ -73,6 +73,20 @@ def transport_names() -> list[str]:
     return list(_MODULES)
 
 
+ASYNC_BACKENDS = ("asyncio", "trio")
+"""The event loops an implementation's ``open_async_*`` endpoints run on, when it names none
+(``ASYNC_BACKENDS`` in its module): asyncio (uvloop included) through its asyncio driver, trio
+through its anyio driver."""
+
+
+def async_backends(url: str) -> tuple[str, ...]:
+    """The event loops (``sniffio`` names: ``"asyncio"``, ``"trio"``) on which the async
+    endpoints of ``url``'s transport work. Raises ``AddressError`` for a bad URL."""
+    mod = _resolve(url)[0]
+    backends: tuple[str, ...] = getattr(mod, "ASYNC_BACKENDS", ASYNC_BACKENDS)
+    return backends
+
+
 def default_capacity(url: str) -> int:
     """The capacity a writer opened on ``url`` gets when none is given."""
     return _capacity(_resolve(url)[0], None)

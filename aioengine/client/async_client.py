@@ -64,8 +64,8 @@ class AsyncMPClient:
     A client belongs to the event loop that started it: using it from any other loop raises
     ``RuntimeError`` (from another thread, submit to its loop with
     ``asyncio.run_coroutine_threadsafe`` or ``trio.from_thread.run``, or give each loop its own
-    client). Under trio the engine's channels must have a trio driver (``shm`` today; see
-    ``backends.check_transport``).
+    client). Under trio the engine's channels must have a trio driver (shm, zmq and uds do;
+    see ``backends.check_transport``).
 
     The engine (and its workers) run in spawned child processes; this process only holds the
     client and one output task, and never imports torch. Start it under

@@ -10,30 +10,26 @@ driver for that library (``has_driver``).
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 
 import sniffio
 
 from aioengine.client.asyncio_backend import AsyncioBackend
 from aioengine.client.backend_types import Backend
+from transports import async_backends
 
 BACKENDS = ("asyncio", "trio")
 
 
-def has_driver(kind: str, backend: str) -> bool:
-    """True when transport ``kind``'s async endpoints run on ``backend``: every transport on
-    asyncio; under trio, one with an anyio driver (``transports/<kind>/anyio_driver.py``: the
-    factory's ``open_async_*`` hand it out when no asyncio loop runs)."""
-    if backend == "asyncio":
-        return True
-    return importlib.util.find_spec(f"transports.{kind}.anyio_driver") is not None
+def has_driver(transport: str, backend: str) -> bool:
+    """True when ``transport``'s async endpoints run on ``backend`` (the transport package says:
+    ``transports.async_backends``; today every transport runs on asyncio and trio)."""
+    return backend in async_backends(transport)
 
 
 def check_transport(transport: str, backend: str) -> None:
     """``ValueError`` naming the transport when its async endpoints cannot run on ``backend``
     (a transport without a trio driver, under trio)."""
-    kind = transport.partition("://")[0].partition("+")[0]
-    if not has_driver(kind, backend):
+    if not has_driver(transport, backend):
         raise ValueError(
             f"transport {transport!r} has no {backend} driver yet: under {backend} the client "
             f"needs a transport that has one (transport='shm', the default), or run it under "

@@ -9,6 +9,7 @@ the loop is stopped as soon as it is up, and the interrupt propagates.
 
 from __future__ import annotations
 
+import sys
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -17,6 +18,12 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 START_WAIT = 30.0  # s: a loop that is not up by then was never started
+
+
+def in_trio_run() -> bool:
+    """True on a thread that runs a trio loop (trio is imported only if something has)."""
+    trio = sys.modules.get("trio")
+    return trio is not None and bool(trio.lowlevel.in_trio_run())
 
 
 class PortalThread:
@@ -63,9 +70,9 @@ class PortalThread:
         """Stop the portal (cancelling tasks still running on it, if asked) and its thread."""
         try:
             self.portal.call(self.portal.stop, cancel_remaining)
-        except RuntimeError as e:
-            if "not running" not in str(e):
-                # Not reached at all (trio refuses blocking calls from a thread that runs a
-                # trio loop itself): joining would wait forever.
+        except RuntimeError:  # already stopped (or its loop closed meanwhile)
+            if in_trio_run():
+                # Never reached: trio refuses blocking calls from a thread that runs a trio
+                # loop itself, and joining would wait forever.
                 raise
         self._thread.join()

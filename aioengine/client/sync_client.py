@@ -6,7 +6,6 @@ blocking portal, so there is one implementation of streams, aborts and engine de
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Literal, TypeVar
@@ -19,7 +18,7 @@ from aioengine.client.chat_template import ChatMessage
 from aioengine.client.inputs import Prompt
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.portal_call import call_interruptibly
-from aioengine.client.portal_thread import PortalThread
+from aioengine.client.portal_thread import PortalThread, in_trio_run
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import EngineStats
@@ -27,12 +26,6 @@ from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 
 T = TypeVar("T")
-
-
-def in_trio_run() -> bool:
-    """True on a thread that runs a trio loop (trio is imported only if something has)."""
-    trio = sys.modules.get("trio")
-    return trio is not None and bool(trio.lowlevel.in_trio_run())
 
 
 class SyncMPClient:

@@ -64,6 +64,8 @@ class ModelRunner:
         # CPU float32: decode-sized linears through the compiled GEMV (its pool uses the rank's
         # thread budget; torch's pool is idle meanwhile)
         self.uses_gemv_kernel = gemv.configure(self.device, self.dtype, self.threads)
+        if self.uses_gemv_kernel:  # decode streams the weights: huge pages read ~1.6x faster
+            gemv.huge_page_weights(self.model)
         largest = self._largest_weight()
         if self.uses_gemv_kernel and config.num_threads is None and largest is not None:
             # torch keeps one CPU free (its OpenMP pool spins when oversubscribed); the GEMV

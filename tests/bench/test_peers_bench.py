@@ -239,11 +239,11 @@ def test_the_table_script_prints_the_readme_rows(tmp_path: Path) -> None:
     out = proc.stdout
     assert ("`python -m aioengine.bench peers --model m.gguf --quants q4_1 --llama-cpp /lb`; "
             "`python -m aioengine.bench peers --model m.gguf --quants f32 --no-x8`") in out
-    assert ("| peers | Q4_1 GGUF, batch-1 decode tok/s, 1 / default (2) threads | 99 / 120 | "
-            "90 / 100 | 1.10x / 1.20x |") in out
-    assert "| peers | Q4_1 GGUF, Poisson 4 req/s: ITL p50 ms | 50 | 40 | 0.80x |" in out
-    assert ("| peers | F32 GGUF, resident MB under load (process tree); start-up to /health 200"
-            " s | 1,400 / 2 | 700 / 0.5 | 0.50x / 0.25x |") in out
+    assert ("| peers (full) | Q4_1 GGUF, batch-1 decode tok/s, 1 / default (2) threads | "
+            "99 / 120 | 90 / 100 | 1.10x / 1.20x |") in out
+    assert "| peers (full) | Q4_1 GGUF, Poisson 4 req/s: ITL p50 ms | 50 | 40 | 0.80x |" in out
+    assert ("| peers (full) | F32 GGUF, resident MB under load (process tree); start-up to "
+            "/health 200 s | 1,400 / 2 | 700 / 0.5 | 0.50x / 0.25x |") in out
     full = table.main([str(paths[0]), "--format", "full"])
     assert full == 0
     bad = tmp_path / "bad.json"

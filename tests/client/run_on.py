@@ -14,7 +14,7 @@ T = TypeVar("T")
 BACKENDS = ["asyncio", "trio"]
 TRANSPORTS = ["shm", "zmq", "uds"]
 # (transport, backend) pairs the client tests run on: every transport on asyncio, and every one
-# with a trio driver (transports/<kind>/anyio_driver.py) on trio.
+# whose async endpoints run on trio (transports.async_backends) on trio.
 CLIENT_CASES = [(t, "asyncio") for t in TRANSPORTS] + [
     (t, "trio") for t in TRANSPORTS if has_driver(t, "trio")]
 CASE_IDS = [t if b == "asyncio" else f"{t}-{b}" for t, b in CLIENT_CASES]

@@ -5,6 +5,7 @@ On asyncio and under trio (``anyio.run``)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -14,7 +15,7 @@ import psutil
 import pytest
 
 from aioengine import AsyncMPClient, EngineDeadError, EngineStartupError, SamplingParams
-from aioengine.client.backends import has_driver
+from aioengine.client.backends import check_transport
 from tests.client.conftest import tiny_config
 from tests.client.run_on import BACKENDS, CASE_IDS, CLIENT_CASES
 
@@ -76,6 +77,19 @@ def test_engine_sigkill(transport: str, backend: str) -> None:
     assert len(delays) == 8 and max(delays) < DEATH_BOUND, delays
 
 
+def test_engine_sigkill_under_uvloop() -> None:
+    async def main() -> list[float]:
+        async with AsyncMPClient(tiny_config("shm")) as client:
+            assert client.backend == "asyncio"  # uvloop is an asyncio loop: asyncio's objects
+            assert type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+            delays = await kill_mid_stream(client, client.process_ids["aioengine-engine"])
+            await assert_dead_now(client)
+            return delays
+
+    delays = anyio.run(main, backend="asyncio", backend_options={"use_uvloop": True})
+    assert len(delays) == 8 and max(delays) < DEATH_BOUND, delays
+
+
 def test_worker_sigkill_with_tensor_parallelism() -> None:
     async def main() -> list[float]:
         config = tiny_config("shm", tensor_parallel_size=2, executor="mp")
@@ -120,16 +134,11 @@ def test_not_started_and_shut_down(backend: str) -> None:
     anyio.run(main, backend=backend)
 
 
-@pytest.mark.parametrize("transport", ["zmq", "uds", "uds:///tmp/aioengine-x"])
-def test_transport_without_a_trio_driver_is_named(transport: str) -> None:
-    """Under trio a transport whose endpoints have no trio driver is refused before anything
-    starts, by name (not with asyncio's "no running event loop" from deep inside)."""
-    if has_driver(transport.partition("://")[0], "trio"):
-        pytest.skip(f"{transport} has a trio driver: CLIENT_CASES run it under trio")
-
-    async def main() -> None:
-        async with AsyncMPClient(tiny_config(transport)):
-            pass
-
-    with pytest.raises(ValueError, match=f"transport '{transport}' has no trio driver"):
-        anyio.run(main, backend="trio")
+def test_a_transport_without_a_driver_for_the_loop_is_named() -> None:
+    """A transport whose async endpoints cannot run on the caller's loop is refused by name before
+    anything starts (not with "no running event loop" from deep inside a driver)."""
+    for transport in ("shm", "zmq", "uds:///tmp/aioengine-x"):
+        check_transport(transport, "asyncio")
+        check_transport(transport, "trio")
+        with pytest.raises(ValueError, match=f"transport {transport!r} has no curio driver"):
+            check_transport(transport, "curio")

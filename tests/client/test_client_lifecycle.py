@@ -18,7 +18,6 @@ import psutil
 import pytest
 
 from aioengine import LLM, AsyncMPClient, EngineStats, SamplingParams, SyncMPClient
-from aioengine.client.backends import has_driver
 from tests.client.conftest import tiny_config
 from tests.client.run_on import BACKENDS
 
@@ -98,6 +97,16 @@ def test_ctrl_c_in_llm_generate_aborts_the_batch(llm: LLM) -> None:
 def test_ctrl_c_in_sync_stream_raises_keyboard_interrupt_and_aborts(llm: LLM) -> None:
     client = llm.client
     assert isinstance(client, SyncMPClient)
+    ctrl_c_in_stream(client)
+
+
+def test_ctrl_c_in_sync_stream_on_a_trio_loop() -> None:
+    """The same with the client's own loop under trio (``SyncMPClient(backend="trio")``)."""
+    with SyncMPClient(tiny_config("shm"), backend="trio") as client:
+        ctrl_c_in_stream(client)
+
+
+def ctrl_c_in_stream(client: SyncMPClient) -> None:
     before = settle(client)
 
     def consume() -> None:
@@ -242,6 +251,3 @@ def test_sync_client_backend_errors() -> None:
         SyncMPClient(tiny_config("shm"), backend="curio")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"use_uvloop=True .* needs backend=.asyncio."):
         SyncMPClient(tiny_config("shm"), backend="trio", use_uvloop=True)
-    if not has_driver("zmq", "trio"):  # refused before a thread or an engine starts
-        with pytest.raises(ValueError, match="transport 'zmq' has no trio driver"):
-            SyncMPClient(tiny_config("zmq"), backend="trio")

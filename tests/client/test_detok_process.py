@@ -3,11 +3,15 @@ the engine, which answers it with an error: one bad frame must not take every st
 
 from __future__ import annotations
 
+import pytest
+
 from aioengine import RequestOutput, SamplingParams, SyncMPClient
 from tests.client.conftest import tiny_config
 
 
-def test_invalid_request_fails_alone_through_the_detokenizer_process() -> None:
+@pytest.mark.parametrize(("transport", "backend"), [("uds", "asyncio"), ("shm", "trio")])
+def test_invalid_request_fails_alone_through_the_detokenizer_process(transport: str,
+                                                                     backend: str) -> None:
     greedy = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
     async def run(client: SyncMPClient) -> tuple[RequestOutput, RequestOutput]:
@@ -18,7 +22,7 @@ def test_invalid_request_fails_alone_through_the_detokenizer_process() -> None:
         good = [o async for o in ac.generate("still served", greedy)][-1]
         return bad, good
 
-    with SyncMPClient(tiny_config("uds", detokenize_in="process")) as client:
+    with SyncMPClient(tiny_config(transport, detokenize_in="process"), backend=backend) as client:
         bad, good = client.call_async(run, client)
         assert not client.is_dead
     assert bad.finish_reason == "error" and "temperature" in (bad.error or "")

@@ -5,6 +5,7 @@ against transformers reading the same file."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gguf
@@ -61,10 +62,18 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
         w.shape)
 
 
-def _copy_tokenizer(writer: gguf.GGUFWriter, source: gguf.GGUFReader) -> None:
-    def get(key: str) -> Any:
-        return source.fields[key].contents()
+@functools.lru_cache(maxsize=2)
+def _tokenizer_fields(path: str) -> dict[str, Any]:
+    """The tokenizer metadata of the GGUF file at ``path``, read once per test process:
+    ``GGUFReader`` takes ~4 s over SmolLM2's 49k tokens and merges, and every file written
+    here copies them."""
+    fields = gguf.GGUFReader(path).fields
+    return {key: field.contents() for key, field in fields.items()
+            if key.startswith("tokenizer.")}
 
+
+def _copy_tokenizer(writer: gguf.GGUFWriter, source: str) -> None:
+    get = _tokenizer_fields(source).__getitem__
     writer.add_tokenizer_model(get("tokenizer.ggml.model"))
     writer.add_tokenizer_pre(get("tokenizer.ggml.pre"))
     writer.add_token_list(get("tokenizer.ggml.tokens"))
@@ -99,7 +108,7 @@ def write_gguf(path: str, arch: str, tensors: dict[str, np.ndarray], tokenizer_f
     writer.add_rope_freq_base(BASE["rope_theta"])
     writer.add_layer_norm_rms_eps(BASE["rms_norm_eps"])
     writer.add_vocab_size(VOCAB)
-    _copy_tokenizer(writer, gguf.GGUFReader(tokenizer_from))
+    _copy_tokenizer(writer, tokenizer_from)
     for hf_name, value in tensors.items():
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         assert name is not None, hf_name

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 
 import pytest
 
@@ -54,21 +55,26 @@ def guidellm() -> str:
     return guidellm_venv()
 
 
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    """One server for both runs (each run is its own set of requests)."""
+    with ServerProcess() as server:
+        yield server.url
+        assert server.terminate() == 0, server.output()
+
+
 @pytest.mark.parametrize("profile,count", [("kind=synchronous", 6),
                                            ("kind=concurrent,streams=4", 12)])
-def test_guidellm_runs_with_no_errors(guidellm, tmp_path, profile, count):
+def test_guidellm_runs_with_no_errors(guidellm, server_url, tmp_path, profile, count):
     tokenizer = resolve_model("tiny").tokenizer_path
     out = tmp_path / "result.json"
-    with ServerProcess() as server:
-        run = subprocess.run(
-            [guidellm, "run", "--backend", f"kind=openai_http,target={server.url},model=tiny",
-             "--tokenizer", f"kind=hf_auto,model={tokenizer}",
-             "--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
-             "--profile", profile, "--constraint", f"kind=max_requests,count={count}",
-             "--output", f"kind=json,path={out}", "--disable-console"],
-            capture_output=True, text=True, timeout=400,
-            env={**os.environ, "OMP_NUM_THREADS": "1"})
-        server.terminate()
+    run = subprocess.run(
+        [guidellm, "run", "--backend", f"kind=openai_http,target={server_url},model=tiny",
+         "--tokenizer", f"kind=hf_auto,model={tokenizer}",
+         "--data", "kind=synthetic_text,prompt_tokens=32,output_tokens=16",
+         "--profile", profile, "--constraint", f"kind=max_requests,count={count}",
+         "--output", f"kind=json,path={out}", "--disable-console"],
+        capture_output=True, text=True, timeout=400, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     bench = json.loads(out.read_text())["benchmarks"][0]
     made = bench["scheduler_metrics"]["requests_made"]

@@ -7,7 +7,11 @@ other way round. Timeouts, close and cancellation are in the contract suite
 
 from __future__ import annotations
 
+import socket
+import time
+
 import anyio
+import pytest
 
 import transports as T
 from tests.transports.conftest import run_on
@@ -91,3 +95,40 @@ def test_a_connecting_writer_and_a_binding_reader_under_trio(transport: str) -> 
             r.close()
 
     run_on("trio", body, 60)
+
+
+def test_async_backends_names_the_loops_each_transport_runs_on(transport: str) -> None:
+    url = {"zmq": "zmq+ipc://@x", "uds": "uds://@x", "shm": "shm://x"}[transport]
+    assert T.async_backends(transport) == T.async_backends(url) == ("asyncio", "trio")
+    with pytest.raises(T.AddressError, match="unknown transport"):
+        T.async_backends("carrier-pigeon://x")
+
+
+def test_uds_binding_reader_gets_a_frame_that_came_with_the_hello(backend: str) -> None:
+    """A binding reader waits in recv for its writer, which sends its hello and first frame in
+    one write: accepting the peer reads both, and recv must return the frame at once, not wait
+    on a socket that has nothing more to give (it did, until its timeout, once)."""
+    from transports.uds import address as A
+    from transports.uds.framing import frame_parts
+    from transports.uds.peers import frame_bytes
+
+    async def body() -> None:
+        r = await T.open_async_reader("uds", bind=True)
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            async def connect_later() -> None:
+                await anyio.sleep(0.1)  # the reader waits for its peer by now
+                raw.connect(A.parse(r.address.removeprefix("uds://"), binding=False).sockaddr)
+                first = b"".join(frame_parts(memoryview(b"first"), []))
+                raw.sendall(frame_bytes(A.hello(A.WRITER, -1)) + first)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(connect_later)
+                start = time.monotonic()
+                assert bytes((await r.recv(timeout=10)).header) == b"first"
+                assert time.monotonic() - start < 2.0
+        finally:
+            raw.close()
+            r.close()
+
+    run_on(backend, body, 60)

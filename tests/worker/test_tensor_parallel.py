@@ -4,16 +4,12 @@ that does not split evenly."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
-
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from aioengine.worker.parallel import default_init_addr, find_free_port
 from aioengine.worker.parallel.distributed import _parse_addr
-from tests.worker.hf_models import make_hf_model
-from tests.worker.tp_child import all_logits, run_rank
+from tests.worker.tp_child import all_logits, tp2_logits
 
 VARIANTS = [("llama", {}), ("qwen2", {"num_key_value_heads": 2, "vocab_size": 255}),
             ("qwen3-moe", {}), ("phi3", {"num_key_value_heads": 2}), ("mistral", {}),
@@ -21,27 +17,8 @@ VARIANTS = [("llama", {}), ("qwen2", {"num_key_value_heads": 2, "vocab_size": 25
 
 
 def test_tp2_matches_tp1(tmp_path):
-    dirs, outs = [], []
-    for variant, overrides in VARIANTS:
-        dirs.append(str(tmp_path / variant))
-        outs.append(str(tmp_path / f"{variant}-tp2.safetensors"))
-        make_hf_model(variant, dirs[-1], seed=11, **overrides)
-    ctx = mp.get_context("spawn")
-    addr = default_init_addr()
-    procs = [ctx.Process(target=run_rank, args=(r, 2, addr, dirs, outs)) for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout=240)
-        assert [p.exitcode for p in procs] == [0, 0]
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    for (variant, overrides), model_dir, out in zip(VARIANTS, dirs, outs, strict=True):
-        tp2 = load_file(out)
+    for (variant, overrides), (model_dir, tp2) in zip(
+            VARIANTS, tp2_logits(tmp_path, VARIANTS, all_logits), strict=True):
         ref = all_logits(model_dir, 0, 1)
         assert sorted(tp2) == sorted(ref)
         vocab = overrides.get("vocab_size", 256)

@@ -253,14 +253,18 @@ class UdsAsyncReader(_AsyncBase, AsyncReader):
             msg = core.recv_now()
             if msg is not None:
                 return msg
-            if core.streaming:  # the common wait, before any generator
+            # ``waited``: recv_now read the socket and found no whole frame. Not so while the
+            # peers come (accepting them can read a hello and the first frame together) or the
+            # greeting is due: then the core reads before it waits.
+            waited = core.streaming
+            if waited:  # the common wait, before any generator
                 await self._wait_data(core.peers[0], deadline)
                 msg = core.recv_now()
                 if msg is not None:
                     return msg
             else:
                 await self._ensure_peers(deadline)
-            return await self._run(core.recv(deadline, timeout, waited=True))
+            return await self._run(core.recv(deadline, timeout, waited))
 
     async def _wait(self, w: K.Wait) -> None:
         if w.kept is None:

@@ -177,7 +177,9 @@ class UdsCore:
 
     def recv(self, deadline: Deadline, timeout: float | None,
              waited: bool = False) -> Generator[Wait, None, Message]:
-        """The next message (``waited``: ``recv_now`` just found none)."""
+        """The next message (``waited``: ``recv_now`` just read the socket and found no whole
+        frame, so the first step is the wait; never after the driver accepted the peers: the
+        hello's read may have brought the first frame into the buffer)."""
         if self.accepting:
             yield from self.ensure_peers(deadline)
             waited = False

@@ -216,7 +216,8 @@ class UdsSyncReader(_Base, SyncReader):
             msg = core.recv_now()
             if msg is not None:
                 return msg
-            if core.streaming:
+            waited = core.streaming  # recv_now read the socket (see aio's recv)
+            if waited:
                 # The common wait (a stream between messages), before any generator: one
                 # poll(2) on a poll object kept for the connection.
                 poller = self._poller
@@ -230,7 +231,7 @@ class UdsSyncReader(_Base, SyncReader):
                 msg = core.recv_now()
                 if msg is not None:
                     return msg
-            return self._run(core.recv(deadline, timeout, waited=True))
+            return self._run(core.recv(deadline, timeout, waited))
 
 
 # ---- opening ----------------------------------------------------------------------------------

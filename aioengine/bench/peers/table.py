@@ -29,13 +29,17 @@ class Runs:
     def __init__(self, docs: list[dict[str, Any]]) -> None:
         self.cells: dict[tuple[str, str], tuple[float, str]] = {}
         self.commands: list[str] = []
+        self.label = "peers (quick)" if all(d.get("config", {}).get("quick") for d in docs) \
+            else "peers (full)"
         for doc in docs:
             rows = [r for r in doc.get("results", ()) if r.get("suite") == "peers"]
             if not rows:
                 continue
             for r in rows:
                 self.cells[(r["name"], r["metric"])] = (float(r["value"]), r["unit"])
-            self.commands.append(command_of(doc.get("config", {})))
+            load = (doc.get("machine") or {}).get("load_average")
+            self.commands.append(f"`{command_of(doc.get('config', {}))}`"
+                                 + (f" (load average {load[0]:.1f} at the end)" if load else ""))
         self.types = list(dict.fromkeys(m.split(".", 1)[0] for _, m in self.cells if "." in m))
 
     def value(self, name: str, metric: str) -> float | None:
@@ -95,7 +99,7 @@ def _type_rows(runs: Runs, t: str) -> list[str]:
             return
         full = [f"{t}.{m}" for m in metrics]
         ratios = " / ".join(f"{r:.2f}x" if (r := runs.ratio(m)) else "-" for m in full)
-        out.append(f"| peers | {name} GGUF, {what} | {_joined(runs, OURS, full)} | "
+        out.append(f"| {runs.label} | {name} GGUF, {what} | {_joined(runs, OURS, full)} | "
                    + (f"{_joined(runs, BASELINE, full)} | {ratios} |" if baseline
                       else "| |"))
 
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if not runs.cells:
         print(f"{p.prog}: error: no peers results in {', '.join(args.runs)}", file=sys.stderr)
         return 2
-    lines = ["Commands: " + "; ".join(f"`{c}`" for c in runs.commands), ""]
+    lines = ["Commands: " + "; ".join(runs.commands), ""]
     if args.format == "readme":
         lines += ["| suite | what | aioengine | baseline: llama.cpp | ratio (> 1: ours better) |",
                   "|---|---|---:|---:|---:|", *readme_rows(runs)]

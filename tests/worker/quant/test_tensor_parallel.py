@@ -6,16 +6,14 @@ order of float sums differs (and with it, rarely, an activation's 16-bit roundin
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import functools
 import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from aioengine.worker.parallel import default_init_addr
-from tests.worker.hf_models import make_hf_model
-from tests.worker.quant.tp_child import quantized_logits, run_rank
+from tests.worker.quant.tp_child import quantized_logits
+from tests.worker.tp_child import tp2_logits
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
 
@@ -26,28 +24,8 @@ VARIANTS = [("llama", {"intermediate_size": 128}),
 
 @pytest.mark.parametrize("mode", ["q8_0", "q4_0"])
 def test_tp2_quantized_matches_tp1_quantized(tmp_path, mode):
-    dirs, outs = [], []
-    for variant, overrides in VARIANTS:
-        dirs.append(str(tmp_path / variant))
-        outs.append(str(tmp_path / f"{variant}-tp2.safetensors"))
-        make_hf_model(variant, dirs[-1], seed=11, **overrides)
-    ctx = mp.get_context("spawn")
-    addr = default_init_addr()
-    procs = [ctx.Process(target=run_rank, args=(r, 2, addr, dirs, outs, mode))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join(timeout=240)
-        assert [p.exitcode for p in procs] == [0, 0]
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
-    for model_dir, out in zip(dirs, outs, strict=True):
-        tp2 = load_file(out)
+    for model_dir, tp2 in tp2_logits(tmp_path, VARIANTS,
+                                     functools.partial(quantized_logits, mode=mode)):
         ref = quantized_logits(model_dir, 0, 1, mode)
         assert sorted(tp2) == sorted(ref)
         for key, want in ref.items():
