@@ -61,3 +61,18 @@ def test_float_sources_keep_their_float_table(tmp_path):
     emb.load(src)
     assert emb.weight is not None  # lookups keep the exact float values
     torch.testing.assert_close(emb(torch.tensor([3, 39])), want[[3, 39]], atol=0, rtol=0)
+
+
+def test_float_gguf_table_is_shared_with_the_head(tmp_path):
+    """An F32 file kept as stored ("gguf"): the head's rows are float, and the tied table is
+    that same storage (no second float copy), with the exact values for lookups and logits."""
+    vocab, k = 40, 64
+    src, want = _table(vocab, k, "f32", tmp_path)
+    emb = VocabParallelEmbedding(vocab, k, TPInfo(0, 1), torch.float32, "cpu")
+    emb.quantize_head(QuantPolicy("gguf"), keep_float=True)
+    emb.load(src)
+    (seg,) = emb.qhead.segments
+    assert seg.qtype is None and emb.weight.data_ptr() == seg.data.data_ptr()
+    torch.testing.assert_close(emb(torch.tensor([3, 39])), want[[3, 39]], atol=0, rtol=0)
+    x = torch.randn(2, k)
+    torch.testing.assert_close(emb.qhead(x), x @ want.t(), atol=1e-5, rtol=1e-5)

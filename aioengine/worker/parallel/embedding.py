@@ -82,6 +82,12 @@ class VocabParallelEmbedding(nn.Module):
                 # rows they need from them, the same values a float copy would hold; no float
                 # table (SmolLM2's tied 49152 x 576 table: 113 MB).
                 self.weight = None
+            elif qtype is None and n == self.per_rank and self.weight is not None \
+                    and self.weight.dtype == torch.float32:
+                # Float rows in the head (an F32/F16 file): the tied table is the same matrix;
+                # share it instead of holding a second float copy (SmolLM2: 108 MB).
+                self.weight.data = self.qhead.segments[0].data
+                return
         if self.weight is not None:
             copy_rows(self.weight.data, src, self.start, n)
 
