@@ -61,6 +61,7 @@ from aioengine.bench.peers.llama_cpp import (
 )
 from aioengine.bench.peers.serving import BASELINE, OURS, free_port, server_command, serving_rows
 from aioengine.bench.results import Result
+from aioengine.runtime.heap_env import model_process_env
 
 __all__ = ["BASELINE", "OURS", "NoLlamaCpp", "decode_read_bytes", "find_llama_cpp",
            "parse_llama_bench", "read_bandwidth", "run"]
@@ -118,7 +119,8 @@ def run(options: BenchOptions) -> list[Result]:
             print(f"suite peers skipped: {e}", file=sys.stderr, flush=True)
             return []
         raise
-    env = {**os.environ, **({X8_ENV: "0"} if not options.x8 else {})}
+    # our decode child runs the model itself: it starts as an engine process would
+    env = {**os.environ, **model_process_env(), **({X8_ENV: "0"} if not options.x8 else {})}
     rows: list[Result] = []
     for quant, path in files:
         rows += file_rows(quant, path, bindir, sizes, options, env)
