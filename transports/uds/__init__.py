@@ -6,10 +6,10 @@ on connect) and the writer waits for all of them. Backpressure is the kernel soc
 """
 
 # The eight openers every implementation exposes (see transports.factory), re-exported.
-from transports.uds.aio import open_async_broadcast_reader as open_async_broadcast_reader
-from transports.uds.aio import open_async_broadcast_writer as open_async_broadcast_writer
-from transports.uds.aio import open_async_reader as open_async_reader
-from transports.uds.aio import open_async_writer as open_async_writer
+from transports.uds.open_async import open_async_broadcast_reader as open_async_broadcast_reader
+from transports.uds.open_async import open_async_broadcast_writer as open_async_broadcast_writer
+from transports.uds.open_async import open_async_reader as open_async_reader
+from transports.uds.open_async import open_async_writer as open_async_writer
 from transports.uds.sync import open_broadcast_reader as open_broadcast_reader
 from transports.uds.sync import open_broadcast_writer as open_broadcast_writer
 from transports.uds.sync import open_reader as open_reader

@@ -9,7 +9,7 @@ operations as ``aio`` (``core``'s generators), only the driver's part differs:
 - a frame whose ``send`` gave up half-written is finished by a thread (``sync.ThreadFlusher``),
   which close() lets finish for ``stream.LINGER`` seconds, as the blocking writer does.
 
-``aio.open_async_*`` build these when no asyncio loop runs."""
+``open_async.open_async_*`` build these when no asyncio loop runs."""
 
 from __future__ import annotations
 

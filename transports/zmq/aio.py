@@ -19,7 +19,6 @@ from typing import TypeVar
 
 import anyio
 
-from transports._anyio_wait import on_asyncio
 from transports._buffers import message_views
 from transports._deadline import Deadline
 from transports.base import AsyncReader, AsyncWriter, Buffer, Endpoint, Message
@@ -29,7 +28,6 @@ from transports.zmq import core as K
 from transports.zmq.core import Wait
 
 T = TypeVar("T")
-_A = TypeVar("_A", bound="_AsyncBase")
 AsyncLock = asyncio.Lock | anyio.Lock
 
 
@@ -205,43 +203,3 @@ class ZmqAsyncReader(_AsyncBase, AsyncReader):
             if msg is not None:
                 return msg
             return await self._run(self._core.recv(deadline, timeout))
-
-
-async def _open(cls: type[_A], plan: K.Plan, connect_timeout: float) -> _A:
-    """As ``sync._open``; under trio the anyio driver's class of the same role."""
-    if not on_asyncio():
-        from transports.zmq import anyio_driver
-
-        cls = anyio_driver.ANYIO_CLASSES[cls]  # type: ignore[assignment]
-    endpoint = cls(plan, connect_timeout)
-    if plan.connect:
-        try:
-            await endpoint._run(endpoint._core.connecting())
-        except BaseException:
-            endpoint.close()
-            raise
-    return endpoint
-
-
-async def open_async_writer(address: str | None, *, bind: bool, capacity: int,
-                            connect_timeout: float) -> ZmqAsyncWriter:
-    plan = K.plan_writer(address, bind, capacity, connect_timeout)
-    return await _open(ZmqAsyncWriter, plan, connect_timeout)
-
-
-async def open_async_reader(address: str | None, *, bind: bool, capacity: int,
-                            connect_timeout: float) -> ZmqAsyncReader:
-    plan = K.plan_reader(address, bind, capacity, connect_timeout)
-    return await _open(ZmqAsyncReader, plan, connect_timeout)
-
-
-async def open_async_broadcast_writer(address: str | None, num_readers: int, *, capacity: int,
-                                      connect_timeout: float) -> ZmqAsyncWriter:
-    plan = K.plan_broadcast_writer(address, num_readers, capacity, connect_timeout)
-    return await _open(ZmqAsyncWriter, plan, connect_timeout)
-
-
-async def open_async_broadcast_reader(address: str | None, rank: int, *,
-                                      connect_timeout: float) -> ZmqAsyncReader:
-    plan = K.plan_broadcast_reader(address, rank, connect_timeout)
-    return await _open(ZmqAsyncReader, plan, connect_timeout)

@@ -5,7 +5,7 @@ differs. A wait watches the data socket's and the monitor's zmq fds and a wake-u
 the core's ``Wait.settle`` check before each wait reads ``ZMQ_EVENTS``, which re-arms them, so
 a wait never sleeps through news that came before it (as in the asyncio driver).
 
-``open_async_*`` pick these classes when no asyncio loop runs (``aio._writer_class``)."""
+``open_async.open_async_*`` pick these classes when no asyncio loop runs."""
 
 from __future__ import annotations
 
