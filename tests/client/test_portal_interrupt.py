@@ -13,6 +13,9 @@ SCRIPT = r"""
 import random, signal, statistics, threading, time
 from aioengine.client.portal_thread import PortalThread
 
+# Ctrl-C's own handler, even where this test was started with SIGINT ignored (a background job)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def start_time():
     t0 = time.perf_counter()
     PortalThread().close()
