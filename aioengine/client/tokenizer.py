@@ -4,8 +4,6 @@ torch), plus the special tokens and chat template from ``tokenizer_config.json``
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import functools
 import json
 import os
@@ -20,6 +18,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders
 
 from aioengine.client.chat_template import ChatMessage, ChatTemplate, pick_template
+from aioengine.runtime.malloc_trim import release_freed_memory
 from aioengine.text.detokenize import REPLACEMENT, IncrementalDetokenizer, load_hf_tokenizer
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback
@@ -80,23 +79,6 @@ async def run_long_text(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
 # spaces, CharDelimiterSplit its delimiter), and normalizers that never shorten text.
 _KEEPING_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "Split",
                            "Sequence", "UnicodeScripts"}
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS, Windows): nothing to do
-        return None
-
-
-def release_freed_memory() -> None:
-    """Hand memory freed by the process's allocator back to the system (glibc's
-    ``malloc_trim``, every arena); a no-op elsewhere."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def _keeps_text(normalizer: Any, pre_tokenizer: Any) -> tuple[bool, bool]:
