@@ -1643,6 +1643,108 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
                                float *out) {
     X8_CASES(x8_kernel_vnni)
 }
+
+/* Two x8 groups (16 weight rows) x MR x rows (M > 1: batched decode, prefill): every unpacked
+ * weight vector feeds MR x rows and every broadcast activation pair two groups, so a chunk's
+ * unpacking is shared by 2*MR integer dot products, and the 2*MR accumulators are independent
+ * chains (vpdpwssd's latency hides behind them). The sums and the float steps per block are
+ * the one-group kernel's (integer sums are exact in any order; the float updates run in the
+ * same order), so the outputs are bit-identical to x8_kernel_* on each group.
+ * out[i*16 + r]: x row i, weight row r of the pair (0..7 group 0, 8..15 group 1). */
+#define X8_TILE2(NAME, TARGET, MADD_ACC)                                                     \
+    TARGET static inline __attribute__((always_inline)) void NAME(                          \
+        const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
+        const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
+        const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int64_t gs = nb * gb; /* the second group */                                   \
+        const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
+        __m256 acc[4][2], accm[4][2];                                                        \
+        for (int i = 0; i < 4; i++)                                                          \
+            for (int e = 0; e < 2; e++) acc[i][e] = accm[i][e] = _mm256_setzero_ps();        \
+        for (int64_t b = 0; b < nb; b++) {                                                   \
+            const uint8_t *p0 = gp + b * gb, *p1 = p0 + gs;                                  \
+            const uint8_t *q0 = p0 + po, *q1 = p1 + po;                                      \
+            __m256i s[4][2];                                                                 \
+            for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm256_setzero_si256();          \
+            const int16_t *xb[4];                                                            \
+            for (int i = 0; i < MR; i++) xb[i] = xq[i * n32 + b].q;                          \
+            if (t == T_Q8_0) {                                                               \
+                for (int c = 0; c < 8; c++) {                                                \
+                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
+                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
+                    for (int h = 0; h < 2; h++) {                                            \
+                        __m256i u0 = h ? _mm256_srai_epi16(v0, 8)                            \
+                                       : _mm256_srai_epi16(_mm256_slli_epi16(v0, 8), 8);     \
+                        __m256i u1 = h ? _mm256_srai_epi16(v1, 8)                            \
+                                       : _mm256_srai_epi16(_mm256_slli_epi16(v1, 8), 8);     \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            __m256i xp = bcast_pair(xb[i] + 4 * c + 2 * h);                  \
+                            s[i][0] = MADD_ACC(s[i][0], u0, xp);                             \
+                            s[i][1] = MADD_ACC(s[i][1], u1, xp);                             \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+            } else {                                                                         \
+                for (int c = 0; c < 4; c++) {                                                \
+                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
+                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
+                    for (int h = 0; h < 4; h++) {                                            \
+                        __m256i u0 = h == 3 ? _mm256_srli_epi16(v0, 12)                      \
+                                   : _mm256_and_si256(h ? _mm256_srli_epi16(v0, 4 * h) : v0, m4); \
+                        __m256i u1 = h == 3 ? _mm256_srli_epi16(v1, 12)                      \
+                                   : _mm256_and_si256(h ? _mm256_srli_epi16(v1, 4 * h) : v1, m4); \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            __m256i xp = bcast_pair(xb[i] + 8 * c + 2 * h);                  \
+                            s[i][0] = MADD_ACC(s[i][0], u0, xp);                             \
+                            s[i][1] = MADD_ACC(s[i][1], u1, xp);                             \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+            __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p0));              \
+            __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p1));              \
+            for (int i = 0; i < MR; i++) {                                                   \
+                __m256 xd = _mm256_set1_ps(xq[i * n32 + b].d);                               \
+                __m256i s0 = s[i][0], s1 = s[i][1];                                          \
+                if (t == T_Q4_0) {                                                           \
+                    __m256i o = _mm256_set1_epi32(8 * xi[i * n32 + b]);                      \
+                    s0 = _mm256_sub_epi32(s0, o);                                            \
+                    s1 = _mm256_sub_epi32(s1, o);                                            \
+                }                                                                            \
+                acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(d0, xd),  \
+                                            acc[i][0]);                                      \
+                acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(d1, xd),  \
+                                            acc[i][1]);                                      \
+                if (t == T_Q4_1) {                                                           \
+                    __m256 xsb = _mm256_set1_ps(xs[i * n32 + b]);                            \
+                    accm[i][0] = _mm256_fmadd_ps(                                            \
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p0 + 16))), xsb,   \
+                        accm[i][0]);                                                         \
+                    accm[i][1] = _mm256_fmadd_ps(                                            \
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p1 + 16))), xsb,   \
+                        accm[i][1]);                                                         \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+        for (int i = 0; i < MR; i++) {                                                       \
+            _mm256_storeu_ps(out + 16 * i, _mm256_add_ps(acc[i][0], accm[i][0]));            \
+            _mm256_storeu_ps(out + 16 * i + 8, _mm256_add_ps(acc[i][1], accm[i][1]));        \
+        }                                                                                    \
+    }
+
+X8_TILE2(x8t2_kernel_avx2, AVX2, MADD_AVX2)
+X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
+
+/* two groups from gp on (see X8_TILE2), mr 1..4 x rows */
+AVX2 static void x8t2_avx2(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                           const float *xs, const int32_t *xi, int64_t n32, int mr, float *out) {
+    X8_CASES(x8t2_kernel_avx2)
+}
+VNNI static void x8t2_vnni(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                           const float *xs, const int32_t *xi, int64_t n32, int mr, float *out) {
+    X8_CASES(x8t2_kernel_vnni)
+}
 #undef X8_CASES
 
 static int have_vnni(void) {
@@ -1677,37 +1779,67 @@ static void x8_groups_of(int64_t ngroups, int c, int nchunks, int64_t *g0, int64
     *g1 = per * (c + 1) < ngroups ? per * (c + 1) : ngroups;
 }
 
+/* x rows from which the two-group tile (X8_TILE2) computes M > 1 (qk_set_x8_tile; a large
+ * value keeps the one-group kernel for every M: A/B and the bit-identity tests) */
+static _Atomic int64_t x8_tile_min_m = 2;
+
+/* the int16 activations of M-blocks of this many x rows (76 bytes per 32 values with their
+ * sums) fill about 256 KiB, so they stay in L2 while a chunk's weight groups pass them */
+static int64_t x8_m_block(int64_t m, int64_t n32) {
+    int64_t mc = (262144 / (n32 * 76)) & ~(int64_t)3;
+    mc = mc < 16 ? 16 : mc;
+    return m < mc ? m : mc;
+}
+
 static void x8_matmul_job(void *a, int c, int nchunks) {
     x8_job_t *j = a;
     int64_t g0, g1;
     x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
     const int64_t gsz = j->nb * x8_group_bytes(j->t);
-    float out[32];
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *gp = j->w + g * gsz;
-        int rows = j->n - g * 8 < 8 ? (int)(j->n - g * 8) : 8;
-        for (int64_t mi = 0; mi < j->m; mi += 4) {
-            int mr = j->m - mi < 4 ? (int)(j->m - mi) : 4;
-            const x16_block *xq = j->xq + mi * j->n32;
-            const float *xs = j->xs + mi * j->n32;
-            const int32_t *xi = j->xi + mi * j->n32;
+    const int tile = j->m >= atomic_load_explicit(&x8_tile_min_m, memory_order_relaxed);
+    const int64_t mc = x8_m_block(j->m, j->n32);
+    float out[64];
+    for (int64_t m0 = 0; m0 < j->m; m0 += mc) {
+        const int64_t m1 = m0 + mc < j->m ? m0 + mc : j->m;
+        for (int64_t g = g0; g < g1;) {
+            const uint8_t *gp = j->w + g * gsz;
+            const int ng = tile && g + 1 < g1 ? 2 : 1; /* groups this pass computes */
+            int64_t left = j->n - g * 8;
+            int rows = left < 8 * ng ? (int)left : 8 * ng;
+            for (int64_t mi = m0; mi < m1; mi += 4) {
+                int mr = m1 - mi < 4 ? (int)(m1 - mi) : 4;
+                const x16_block *xq = j->xq + mi * j->n32;
+                const float *xs = j->xs + mi * j->n32;
+                const int32_t *xi = j->xi + mi * j->n32;
 #if QK_X86
-            if (j->level >= 2 && have_vnni())
-                x8_group_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
-            else if (j->level >= 1)
-                x8_group_avx2(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
-            else
+                if (ng == 2 && j->level >= 2 && have_vnni())
+                    x8t2_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+                else if (ng == 2 && j->level >= 1)
+                    x8t2_avx2(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+                else if (ng == 2)
+#else
+                if (ng == 2)
 #endif
-                for (int i = 0; i < mr; i++)
-                    x8_dot_scalar(j->t, gp, j->nb, xq + i * j->n32, xs + i * j->n32,
-                                  xi + i * j->n32, out + 8 * i);
-            for (int i = 0; i < mr; i++) {
-                float *yr = j->y + (mi + i) * j->ldy + g * 8;
-                if (rows == 8)
-                    memcpy(yr, out + 8 * i, 8 * sizeof(float));
+                    for (int i = 0; i < mr; i++)
+                        for (int e = 0; e < 2; e++)
+                            x8_dot_scalar(j->t, gp + e * gsz, j->nb, xq + i * j->n32,
+                                          xs + i * j->n32, xi + i * j->n32, out + 16 * i + 8 * e);
+#if QK_X86
+                else if (j->level >= 2 && have_vnni())
+                    x8_group_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+                else if (j->level >= 1)
+                    x8_group_avx2(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+#endif
                 else
-                    for (int r = 0; r < rows; r++) yr[r] = out[8 * i + r];
+                    for (int i = 0; i < mr; i++)
+                        x8_dot_scalar(j->t, gp, j->nb, xq + i * j->n32, xs + i * j->n32,
+                                      xi + i * j->n32, out + 8 * ng * i);
+                for (int i = 0; i < mr; i++) {
+                    float *yr = j->y + (mi + i) * j->ldy + g * 8;
+                    memcpy(yr, out + 8 * ng * i, (size_t)rows * sizeof(float));
+                }
             }
+            g += ng;
         }
     }
 }
@@ -1750,6 +1882,9 @@ int qk_best_level(void) {
 void qk_set_max_level(int level) { atomic_store(&max_level, level < 0 ? 0 : level > 2 ? 2 : level); }
 
 void qk_set_spin_ns(long ns) { atomic_store(&pool_spin_ns, ns); }
+
+/* M from which x8 products use the two-group tile (A/B; a large value: never) */
+void qk_set_x8_tile(int64_t min_m) { atomic_store(&x8_tile_min_m, min_m < 1 ? 1 : min_m); }
 
 int qk_pool_size(void) { return pool_size; }
 
@@ -1911,6 +2046,99 @@ int qk_repack_x8(int t, const uint8_t *src, int64_t row_bytes, int64_t n, int64_
     return E_OK;
 }
 
+/* x rows -> int16 blocks (quantize_x16's rounding and scale), the float sum of every block
+ * (Q4_1's min) and the integer sum of its int16 values (Q4_0's offset) */
+static void x16_row_scalar(const float *xr, int64_t n32, x16_block *xq, float *xs, int32_t *xi) {
+    quantize_x16(xr, n32, xq);
+    for (int64_t b = 0; b < n32; b++) {
+        float s = 0.0f;
+        int32_t si = 0;
+        for (int i = 0; i < 32; i++) {
+            s += xr[b * 32 + i];
+            si += xq[b].q[i];
+        }
+        xs[b] = s;
+        xi[b] = si;
+    }
+}
+
+#if QK_X86
+/* the same with AVX2, branch-free: the scalar loop's data-dependent rounding branch
+ * mispredicted on every other value (22 ns a value at K=1536, 17 ms of activations per
+ * prefill-512 linear). Values, scale and integer sums are quantize_x16's exactly; the float
+ * sum adds in another order (8 lanes, then across). */
+AVX2 static void x16_row_avx2(const float *xr, int64_t n32, x16_block *xq, float *xs,
+                              int32_t *xi) {
+    const __m256 sgn = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const __m256i lim = _mm256_set1_epi32(32767), nlim = _mm256_set1_epi32(-32767);
+    for (int64_t b = 0; b < n32; b++) {
+        __m256 v[4], mx = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(xr + b * 32 + 8 * i);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sgn, v[i]));
+            sum = _mm256_add_ps(sum, v[i]);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float d = amax / 32767.0f, id = d ? 1.0f / d : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4], isum = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            __m256 y = _mm256_mul_ps(v[i], vid);
+            y = _mm256_add_ps(y, _mm256_or_ps(half, _mm256_and_ps(sgn, y)));
+            q[i] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvttps_epi32(y), lim), nlim);
+            isum = _mm256_add_epi32(isum, q[i]);
+        }
+        __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+        __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8);
+        _mm256_storeu_si256((__m256i *)xq[b].q, p0);
+        _mm256_storeu_si256((__m256i *)(xq[b].q + 16), p1);
+        xq[b].d = d;
+        xs[b] = hsum8(sum);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        xi[b] = _mm_cvtsi128_si32(s4);
+    }
+}
+#endif
+
+typedef struct {
+    const float *x;
+    int64_t ldx, m, n32;
+    x16_block *xq;
+    float *xs;
+    int32_t *xi;
+    int level;
+} x16_job_t;
+
+static void x16_rows_job(void *a, int c, int nchunks) {
+    x16_job_t *j = a;
+    int64_t r0 = j->m * c / nchunks, r1 = j->m * (c + 1) / nchunks;
+    for (int64_t mi = r0; mi < r1; mi++) {
+        const float *xr = j->x + mi * j->ldx;
+        int64_t o = mi * j->n32;
+#if QK_X86
+        if (j->level >= 1) {
+            x16_row_avx2(xr, j->n32, j->xq + o, j->xs + o, j->xi + o);
+            continue;
+        }
+#endif
+        x16_row_scalar(xr, j->n32, j->xq + o, j->xs + o, j->xi + o);
+    }
+}
+
+/* every x row quantized, on the pool when there are enough of them */
+static void x16_rows(const float *x, int64_t ldx, int64_t m, int64_t n32, x16_block *xq,
+                     float *xs, int32_t *xi, int level, int nthreads) {
+    x16_job_t j = {x, ldx, m, n32, xq, xs, xi, level};
+    int64_t work = m * n32; /* 32-value blocks: ~20 ns each with AVX2 */
+    int nchunks = nthreads <= 1 || work < 2048 ? 1 : (int)(m < 4 * nthreads ? m : 4 * nthreads);
+    pool_run(x16_rows_job, &j, nchunks, nthreads);
+}
+
 /* y[m, ldy] (columns 0..n) = x[m, ldx] @ W^T, W in the x8 layout, int16 activations */
 int qk_matmul_x8(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, int64_t n,
                  int64_t k, float *y, int64_t ldy, int nthreads, int level) {
@@ -1928,20 +2156,7 @@ int qk_matmul_x8(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w
         free(xi);
         return E_NOMEM;
     }
-    for (int64_t mi = 0; mi < m; mi++) {
-        const float *xr = x + mi * ldx;
-        quantize_x16(xr, n32, xq + mi * n32);
-        for (int64_t b = 0; b < n32; b++) {
-            float s = 0.0f;
-            int32_t si = 0;
-            for (int i = 0; i < 32; i++) {
-                s += xr[b * 32 + i];
-                si += xq[mi * n32 + b].q[i];
-            }
-            xs[mi * n32 + b] = s;
-            xi[mi * n32 + b] = si;
-        }
-    }
+    x16_rows(x, ldx, m, n32, xq, xs, xi, level, nthreads);
     x8_job_t j = {t, level, w, n, n32, (n + 7) / 8, n32, m, xq, xs, xi, y, ldy, NULL, 0};
     int64_t pairs = (j.ngroups + 1) / 2;
     int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);
