@@ -49,6 +49,19 @@ def test_full_mode_without_llama_cpp_fails_saying_how_to_get_one(tmp_path: Path)
     assert "suite peers failed" in proc.stderr and "pass --llama-cpp DIR" in proc.stderr
 
 
+def test_our_side_alone_needs_no_llama_cpp_unless_one_is_named(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path / "empty"))
+    src = _gguf(tmp_path / "m.gguf", 3)
+    # no build anywhere: fine for our side, until a file of another type is to be made
+    with pytest.raises(peers.NoLlamaCpp, match="making the q8_0 file needs llama-quantize"):
+        peers.run(BenchOptions(model=src, only=("aioengine",), quants=("q8_0",)))
+    with pytest.raises(peers.NoLlamaCpp, match=f"--llama-cpp {tmp_path}: no executable"):
+        peers.run(BenchOptions(model=src, only=("aioengine",), llama_cpp=str(tmp_path)))
+    with pytest.raises(peers.NoLlamaCpp, match=r"no llama\.cpp build at"):
+        peers.run(BenchOptions(model=src, only=("serve",)))
+
+
 def test_an_unknown_quant_type_is_refused_before_anything_runs(tmp_path: Path) -> None:
     proc = _bench(["--quants", "f32,q9_9"], tmp_path)
     assert proc.returncode == 2

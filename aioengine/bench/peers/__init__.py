@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aioengine.bench.options import BenchOptions
+from aioengine.bench.peers import procs
 from aioengine.bench.peers.child import X8_ENV, decode_read_bytes, ours_child, read_bandwidth
 from aioengine.bench.peers.llama_cpp import (
     FLOAT_TYPES,
@@ -105,6 +106,13 @@ def source_file(model: str) -> str:
 
 
 def run(options: BenchOptions) -> list[Result]:
+    """Every row; SIGTERM (``timeout``, ``kill``) or Ctrl-C stops the servers and children it
+    started and waits for them (``procs.guarded``), and they die with a killed bench."""
+    with procs.guarded():
+        return _run(options)
+
+
+def _run(options: BenchOptions) -> list[Result]:
     sizes = QUICK if options.quick else FULL
     if options.threads is not None:
         sizes = replace(sizes, threads=(options.threads,))
@@ -112,7 +120,13 @@ def run(options: BenchOptions) -> list[Result]:
         sizes = replace(sizes, rates=(options.rate,))
     quants = parse_quants(options.quants)
     try:
-        bindir = llama_cpp_dir(options.llama_cpp, options.build_llama_cpp)
+        try:
+            bindir: Path | None = llama_cpp_dir(options.llama_cpp, options.build_llama_cpp)
+        except NoLlamaCpp:
+            if options.llama_cpp is not None or BASELINE in _picked(options.only,
+                                                                    (BASELINE, OURS)):
+                raise
+            bindir = None  # ``--only aioengine``: llama.cpp only to make files of other types
         files = model_files(source_file(options.model), quants, bindir)
     except (NoLlamaCpp, ValueError) as e:
         if options.quick:
@@ -131,7 +145,7 @@ def _picked(only: tuple[str, ...], among: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in among if n in only) or among
 
 
-def file_rows(quant: str, path: str, bindir: Path, sizes: Sizes, options: BenchOptions,
+def file_rows(quant: str, path: str, bindir: Path | None, sizes: Sizes, options: BenchOptions,
               env: dict[str, str]) -> list[Result]:
     """Every row of one file; metrics start with its type (``q4_1.decode_tok_s_t1``)."""
     sides = _picked(options.only, (BASELINE, OURS))
@@ -186,7 +200,7 @@ def file_rows(quant: str, path: str, bindir: Path, sizes: Sizes, options: BenchO
     return rows
 
 
-def serve_rows(quant: str, path: str, bindir: Path, sizes: Sizes, quantization: str | None,
+def serve_rows(quant: str, path: str, bindir: Path | None, sizes: Sizes, quantization: str | None,
                sides: tuple[str, ...], env: dict[str, str], progress: bool) -> list[Result]:
     from aioengine.bench.workload import TokenSpace, synthetic
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -21,8 +20,10 @@ the same name as ``aioengine.worker.quant.weight.X8_ENV`` (not imported: it pull
 
 def ours_child(spec: dict, env: dict[str, str] | None = None) -> dict:
     """Run ``measure(spec)`` in a fresh interpreter and return what it printed."""
-    proc = subprocess.run([sys.executable, "-m", "aioengine.bench.peers", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env)
+    from aioengine.bench.peers import procs
+
+    proc = procs.run([sys.executable, "-m", "aioengine.bench.peers", json.dumps(spec)],
+                     timeout=CHILD_TIMEOUT, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"peers bench child failed (exit {proc.returncode}):\n"
