@@ -174,13 +174,16 @@ def test_our_child_reports_the_default_threads_and_the_x8_switch() -> None:
     off = ours_child({**spec, "threads": 2}, {**os.environ, X8_ENV: "0"})
     assert on["x8_fraction"] > 0.3 and off["x8_fraction"] == 0
     assert on["float_fraction"] == pytest.approx(off["float_fraction"], abs=1e-3)
-    # the default is what ModelRunner picks with num_threads unset (the quantized kernels
-    # split rows over torch's threads)
+    # the default is what ModelRunner picks with num_threads unset: the quantized kernels run
+    # on the measured count (torch keeps its CPUs-1); an explicit count is every pool's
     from aioengine.config import EngineConfig
-    from aioengine.worker.threads import threads_per_rank
+    from aioengine.worker.threads import threads_per_rank, usable_cpus
 
-    assert on["threads"] == on["torch_threads"] == threads_per_rank(EngineConfig(model="tiny"), 1)
-    assert off["threads"] == 2 and on["decode_tok_s"] > 0 and "prefill_tok_s" not in on
+    assert on["threads"] == on["kernel_threads"] == on["gemv_threads"]
+    assert 1 <= on["threads"] <= usable_cpus()
+    assert on["torch_threads"] == threads_per_rank(EngineConfig(model="tiny"), 1)
+    assert off["threads"] == off["torch_threads"] == off["kernel_threads"] == 2
+    assert on["decode_tok_s"] > 0 and "prefill_tok_s" not in on
 
 
 def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:

@@ -102,18 +102,20 @@ def _quantized_weights(model: Any) -> list[Any]:
 
 
 def linear_threads(runner: Any) -> dict[str, int]:
-    """The threads the engine's linears run on: the quantized kernels split rows over torch's
-    thread count (``QuantizedWeight.forward``), float32 decode linears over the GEMV pool's
-    (calibrated at load when ``num_threads`` is unset)."""
+    """The threads the engine's decode linears run on: the compiled kernels' count for
+    quantized weights, the GEMV pool's for float32 ones (both picked by measurement at load
+    when ``num_threads`` is unset, ``worker.threads.cached_fastest_count``), else torch's."""
     import torch
 
     from aioengine.worker import gemv
+    from aioengine.worker.threads import kernel_threads
 
-    quantized = bool(_quantized_weights(runner.model))
-    threads = torch.get_num_threads() if quantized or not runner.uses_gemv_kernel \
-        else gemv.threads()
+    if _quantized_weights(runner.model):
+        threads = kernel_threads()
+    else:
+        threads = gemv.threads() if runner.uses_gemv_kernel else torch.get_num_threads()
     return {"threads": threads, "torch_threads": torch.get_num_threads(),
-            "gemv_threads": gemv.threads()}
+            "gemv_threads": gemv.threads(), "kernel_threads": kernel_threads()}
 
 
 def weight_layout(model: Any) -> dict[str, float]:
