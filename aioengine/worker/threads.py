@@ -49,6 +49,8 @@ MAX_THREADS = 256  # the kernels' pool refuses more
 BEAT = 0.95
 """A count must run the linears in under this fraction of every smaller count's time."""
 CACHE_VERSION = 1
+BUSY_LOAD = 1.0
+"""1-minute load average per usable CPU from which a measured count is not cached."""
 
 _kernel_threads: int | None = None
 
@@ -118,8 +120,10 @@ def cached_fastest_count(key: dict[str, object], budget: int,
     layout, the kernels' build, the rank's share of the machine: ``machine_key`` is added) and
     read back from ``$AIOENGINE_CACHE/threads/`` afterwards, so a warm start measures nothing.
     A cache file that cannot be read or holds a count outside ``1..budget`` is measured again
-    (and rewritten). Returns ``(count, measured_now)``. Delete the file to measure again (a
-    measurement taken while the machine was busy sticks until then)."""
+    (and rewritten). A count measured while the machine was busy (1-minute load average at
+    least ``BUSY_LOAD`` per usable CPU: other work shared the cores) is used but not cached,
+    so it is measured again at the next start rather than kept. Returns ``(count,
+    measured_now)``. Delete the file to measure again."""
     key = {**key, **machine_key(), "budget": budget, "version": CACHE_VERSION}
     path = threads_cache_path(key)
     try:
@@ -133,9 +137,14 @@ def cached_fastest_count(key: dict[str, object], budget: int,
         logger.warning("measuring the thread count again: %s", e)
     t0 = time.perf_counter()
     n, times = fastest_count(run, budget)
+    load = os.getloadavg()[0]
     record = {"threads": n, "median_ms": {str(c): s * 1e3 for c, s in times.items()},
-              "measure_s": time.perf_counter() - t0, "loadavg_1m": os.getloadavg()[0],
-              "key": key}
+              "measure_s": time.perf_counter() - t0, "loadavg_1m": load, "key": key}
+    logger.info("kernel threads %d (median ms per count %s, %.0f ms to measure, load %.1f)", n,
+                record["median_ms"], record["measure_s"] * 1e3, load)
+    if load >= BUSY_LOAD * usable_cpus():
+        logger.info("thread count not cached: measured on a busy machine (load %.1f)", load)
+        return n, True
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -143,6 +152,4 @@ def cached_fastest_count(key: dict[str, object], budget: int,
         os.replace(tmp, path)
     except OSError as e:
         logger.warning("thread count not cached (%s): measured again next start", e)
-    logger.info("kernel threads %d (median ms per count %s, %.0f ms to measure)", n,
-                record["median_ms"], record["measure_s"] * 1e3)
     return n, True

@@ -56,7 +56,22 @@ def test_bad_counts_are_refused(bad) -> None:
         threads.fastest_count(lambda n: None, bad)
 
 
-def test_the_count_is_measured_once_and_read_back(tmp_path: Path, monkeypatch) -> None:
+@pytest.fixture
+def quiet(monkeypatch) -> None:
+    """Cache every measurement whatever the load of this shared machine (``BUSY_LOAD``)."""
+    monkeypatch.setattr(threads, "BUSY_LOAD", float("inf"))
+
+
+def test_a_count_measured_on_a_busy_machine_is_not_kept(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path))
+    monkeypatch.setattr(threads, "BUSY_LOAD", 0.0)  # any load is busy
+    run, calls = _busy({1: 0.001, 2: 0.02})
+    assert threads.cached_fastest_count({"model": "m"}, 2, run) == (1, True)
+    assert threads.cached_fastest_count({"model": "m"}, 2, run) == (1, True)
+    assert len(calls) == 24 and not (tmp_path / "threads").exists()
+
+
+def test_the_count_is_measured_once_and_read_back(tmp_path: Path, monkeypatch, quiet) -> None:
     monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path))
     run, calls = _busy({1: 0.02, 2: 0.001})
     key = {"model": "m.gguf", "layout": "x8"}
@@ -91,7 +106,7 @@ def _records(model_path: str) -> list[tuple[Path, dict]]:
     return out
 
 
-def test_a_quantized_model_runs_on_the_measured_count_and_num_threads_wins() -> None:
+def test_a_quantized_model_runs_on_the_measured_count_and_num_threads_wins(quiet) -> None:
     config = EngineConfig(model="tiny", device="cpu", dtype="float32", quantization="q8_0")
     runner = ModelRunner(config)
     n = threads.kernel_threads()
