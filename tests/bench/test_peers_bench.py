@@ -213,6 +213,42 @@ def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
 
 
+def _thp_mode() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "none"
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else "none"
+
+
+def test_read_bandwidth_of_each_kind_of_pages() -> None:
+    from aioengine.bench.peers import child
+
+    gbs_4k, huge_4k = child.read_bandwidth(8, 1, "4k", reps=2)
+    assert gbs_4k > 0.1 and huge_4k == 0
+    gbs_huge, huge = child.read_bandwidth(8, 2, "huge", reps=2)
+    assert gbs_huge > 0.1
+    if _thp_mode() in ("always", "madvise"):  # the kernel grants them on advice
+        assert huge > 0.9
+    with pytest.raises(ValueError, match="pages must be one of huge, 4k, got '1g'"):
+        child.page_buffer(1 << 20, "1g")
+    import torch
+
+    small = torch.ones(16)  # malloc's heap, far below a huge page
+    assert 0 <= child.huge_page_fraction([small]) <= 1
+    assert child.huge_page_fraction([]) == 0
+
+
+def test_our_full_child_reads_both_kinds_at_its_thread_count() -> None:
+    spec = {"model": "tiny", "decode_tokens": 4, "prefill_len": 16, "quantization": "q8_0",
+            "threads": 1}
+    got = ours_child(spec)
+    assert got["threads"] == 1 and got["prefill_tok_s"] > 0
+    for pages in ("huge", "4k"):
+        assert got[f"read_gbytes_per_s_{pages}"] > 0.1
+    assert got["read_huge_fraction_4k"] == 0 and 0 <= got["weights_huge_fraction"] <= 1
+
+
 def test_decode_read_bytes_counts_quantized_weights() -> None:
     from aioengine.worker.loader import load_model
 
@@ -224,6 +260,11 @@ def test_decode_read_bytes_counts_quantized_weights() -> None:
     # Q8_0 holds 34 bytes per 32 weights; rows that are not whole blocks stay float32
     assert 0.2 * peers.decode_read_bytes(fp32) < peers.decode_read_bytes(q8) \
         < 0.5 * peers.decode_read_bytes(fp32)
+    from aioengine.bench.peers.child import decode_tensors
+
+    for model in (fp32, q8):  # the tensors whose pages are looked at: those read, and the table
+        assert sum(t.numel() * t.element_size() for t in decode_tensors(model)) == \
+            peers.decode_read_bytes(model) + embed.numel() * embed.element_size()
 
 
 def _run_json(rows: list[tuple[str, str, float, str]], config: dict) -> dict:

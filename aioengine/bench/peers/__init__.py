@@ -26,9 +26,12 @@ type, e.g. ``q4_1.decode_tok_s_t1``), A/B alternated per round:
   machine and model) and the decode at that default; llama.cpp's row is its figure at the same
   count;
 - ``prefill512_tok_s_t{1,2}``: one 512-token prompt (llama-bench ``-p 512 -n 0``);
-- ``read_gbytes_per_s`` (``machine``): the measured read bandwidth (``child.read_bandwidth``);
+- ``read_gbytes_per_s_{huge,4k}_t{T}`` (``machine``): the read bandwidth at T threads of 2 MiB
+  transparent huge pages and of 4 KiB pages (``child.read_bandwidth``: one GEMV pass over 256
+  MiB), measured in each of our decode children right after its decode;
+  ``weights_huge_fraction``: the share of our decode weights' bytes on huge pages (smaps);
   ``decode_bw_fraction_t{T}``: weight bytes read per second at batch-1 decode over the
-  bandwidth measured in the same child right after;
+  bandwidth of the pages the weights are on (huge where at least half are), at T threads;
 - ``x8_fraction``, ``float_fraction``: of our quantized weights' bytes, the share in the x8
   layout and the share run as float rows (a tensor type without a kernel of ours);
 - serving (full mode; ``serving``): both servers up, the same requests through the same HTTP
@@ -49,7 +52,13 @@ from pathlib import Path
 
 from aioengine.bench.options import BenchOptions
 from aioengine.bench.peers import procs
-from aioengine.bench.peers.child import X8_ENV, decode_read_bytes, ours_child, read_bandwidth
+from aioengine.bench.peers.child import (
+    PAGES,
+    X8_ENV,
+    decode_read_bytes,
+    ours_child,
+    read_bandwidth,
+)
 from aioengine.bench.peers.llama_cpp import (
     FLOAT_TYPES,
     NoLlamaCpp,
@@ -175,9 +184,15 @@ def file_rows(quant: str, path: str, bindir: Path | None, sizes: Sizes, options:
                     add(BASELINE, f"prefill{sizes.prefill_len}_tok_s_t{t}", pre)
                 if OURS in sides:
                     got = ours_child({**spec, "threads": t}, env)
-                    add("machine", "read_gbytes_per_s", got["read_gbytes_per_s"], "GB/s")
+                    for pages in PAGES:
+                        add("machine", f"read_gbytes_per_s_{pages}_t{t}",
+                            got[f"read_gbytes_per_s_{pages}"], "GB/s")
+                    # over the bandwidth of the pages the weights are on, at the same count
+                    on = "huge" if got["weights_huge_fraction"] >= 0.5 else "4k"
+                    add(OURS, "weights_huge_fraction", got["weights_huge_fraction"], "fraction")
                     add(OURS, f"decode_bw_fraction_t{t}", got["decode_tok_s"]
-                        * got["weight_bytes"] / 1e9 / got["read_gbytes_per_s"], "fraction")
+                        * got["weight_bytes"] / 1e9 / got[f"read_gbytes_per_s_{on}"],
+                        "fraction")
                     add(OURS, f"decode_tok_s_t{t}", got["decode_tok_s"])
                     add(OURS, f"prefill{sizes.prefill_len}_tok_s_t{t}", got["prefill_tok_s"])
             if OURS in sides:
