@@ -209,6 +209,10 @@ def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:
     # the engine's model process is a child of the server: the tree holds more than the server
     assert values["serve_rss_mb"] > 100 and got["serve_rss_mb"][1] == "MB"
     assert values["serve_rss_max_mb"] >= values["serve_rss_mb"]
+    # PSS counts the pages the host and the engine share (the shm rings, libraries) once
+    assert 100 < values["serve_pss_mb"] < values["serve_rss_mb"]
+    assert got["serve_pss_mb"][1] == "MB"
+    assert values["serve_pss_max_mb"] >= values["serve_pss_mb"]
     with pytest.raises(OSError):  # the server is gone
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
 
@@ -249,6 +253,34 @@ def test_our_full_child_reads_both_kinds_at_its_thread_count() -> None:
     assert got["read_huge_fraction_4k"] == 0 and 0 <= got["weights_huge_fraction"] <= 1
 
 
+SHARING = """
+import mmap, os, sys, time
+m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_SHARED)
+m.write(b"x" * (64 << 20))
+if os.fork() == 0:  # the child maps every page too (a fork does not copy shared mappings' PTEs)
+    assert sum(m[i] for i in range(0, 64 << 20, 4096)) == ord("x") * (16 << 10)
+    print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_tree_pss_counts_pages_shared_in_the_tree_once() -> None:
+    """A parent and its child both map the same 64 MiB: RSS counts it in each process, PSS
+    once for the tree. Without smaps_rollup (Linux < 4.14) there is no PSS: None."""
+    proc = subprocess.Popen([sys.executable, "-c", SHARING], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert len(serving.tree_pids(proc.pid)) == 2
+        rss, pss = serving.tree_rss_mb(proc.pid), serving.tree_pss_mb(proc.pid)
+        assert pss is not None
+        assert rss >= 128 and pss >= 64
+        assert rss - pss >= 60, (rss, pss)  # the shared 64 MiB counted once, not twice
+    finally:
+        for pid in serving.tree_pids(proc.pid)[::-1]:
+            os.kill(pid, 9)
+        proc.wait()
+
+
 def test_decode_read_bytes_counts_quantized_weights() -> None:
     from aioengine.worker.loader import load_model
 
@@ -284,6 +316,8 @@ def test_the_table_script_prints_the_readme_rows(tmp_path: Path) -> None:
     b = _run_json([("llama.cpp", "f32.serve_rss_mb", 700.0, "MB"),
                    ("aioengine", "f32.serve_rss_mb", 1400.0, "MB"),
                    ("aioengine", "f32.serve_startup_s", 2.0, "s"),
+                   ("aioengine", "f32.serve_pss_mb", 1300.0, "MB"),
+                   ("llama.cpp", "f32.serve_pss_mb", 650.0, "MB"),
                    ("llama.cpp", "f32.serve_startup_s", 0.5, "s")],
                   {"model": "m.gguf", "quants": ["f32"], "x8": False})
     paths = []
@@ -301,6 +335,9 @@ def test_the_table_script_prints_the_readme_rows(tmp_path: Path) -> None:
     assert "| peers (full) | Q4_1 GGUF, Poisson 4 req/s: ITL p50 ms | 50 | 40 | 0.80x |" in out
     assert ("| peers (full) | F32 GGUF, resident MB under load (process tree); start-up to "
             "/health 200 s | 1,400 / 2 | 700 / 0.5 | 0.50x / 0.25x |") in out
+    assert ("| peers (full) | F32 GGUF, proportional MB under load (process tree, PSS: shared "
+            "pages once) | 1,300 | 650 | 0.50x |") in out
+    assert "Q4_1 GGUF, proportional MB" not in out  # a run without PSS figures: no row
     full = table.main([str(paths[0]), "--format", "full"])
     assert full == 0
     bad = tmp_path / "bad.json"

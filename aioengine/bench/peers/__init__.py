@@ -39,7 +39,9 @@ type, e.g. ``q4_1.decode_tok_s_t1``), A/B alternated per round:
   requests/s (1, 2, 4, 8): output tok/s, TTFT/ITL p50/p90; start-up seconds to a 200 on
   ``/health``; resident MB of the process tree, the most seen under the 8-stream load
   (``serve_rss_mb``) and over every stage (``serve_rss_max_mb``: llama-server keeps a prompt
-  cache of up to 8 GiB in host memory by default, ``--cache-ram``, which grows with the rates).
+  cache of up to 8 GiB in host memory by default, ``--cache-ram``, which grows with the rates);
+  the same as proportional set size (``serve_pss_mb``, ``serve_pss_max_mb``: a page several
+  processes of the tree map, such as the shared-memory rings, counts once).
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ def wait_health(url: str, proc: subprocess.Popen, t0: float) -> float:
     raise RuntimeError(f"{url}/health did not answer 200 within {START_TIMEOUT:.0f} s")
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident MB of a process and all its descendants (Linux /proc)."""
+def tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants (Linux /proc)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -59,17 +59,38 @@ def tree_rss_mb(pid: int) -> float:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [pid]
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
+        found.append(p)
         todo += children.get(p, [])
-        try:
-            with open(f"/proc/{p}/status") as f:
-                m = re.search(r"VmRSS:\s+(\d+) kB", f.read())
-            total += int(m.group(1)) if m else 0
-        except OSError:
-            pass
-    return total / 1024
+    return found
+
+
+def _kb(path: str, field: str) -> int | None:
+    """``field``'s kB in a /proc file (None: the process is gone or the file unreadable)."""
+    try:
+        with open(path) as f:
+            m = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident MB of a process and all its descendants: each one's VmRSS, so a page several
+    of them map (shared memory rings, shared libraries) counts once per process."""
+    return sum(_kb(f"/proc/{p}/status", "VmRSS") or 0 for p in tree_pids(pid)) / 1024
+
+
+def tree_pss_mb(pid: int) -> float | None:
+    """Proportional set size of the tree in MB (``/proc/PID/smaps_rollup``, Linux >= 4.14): a
+    page mapped by N processes counts 1/N in each, so pages the tree's processes share count
+    once. Pages shared with processes outside the tree (the same libraries loaded elsewhere)
+    are split with those too. None where the kernel has no smaps_rollup."""
+    if not os.path.exists("/proc/self/smaps_rollup"):
+        return None
+    return sum(_kb(f"/proc/{p}/smaps_rollup", "Pss") or 0 for p in tree_pids(pid)) / 1024
 
 
 def server_command(kind: str, bindir: Path | None, model: str, port: int, threads: int,
@@ -94,9 +115,12 @@ class Server:
     pid: int
     startup_s: float
     rss_mb: float = 0.0  # the most seen so far
+    pss_mb: float | None = 0.0  # the most seen so far; None without smaps_rollup
 
-    def sample_rss(self) -> None:
+    def sample_memory(self) -> None:
         self.rss_mb = max(self.rss_mb, tree_rss_mb(self.pid))
+        pss = tree_pss_mb(self.pid)
+        self.pss_mb = None if pss is None or self.pss_mb is None else max(self.pss_mb, pss)
 
 
 @contextmanager
@@ -131,11 +155,15 @@ def serving_rows(servers: list[tuple[str, list[str], int, dict[str, str] | None]
                 recs, wall = asyncio.run(_drive(server, work, streams, rate))
                 for metric, value, unit in summary(recs, wall, server.url):
                     report(server.kind, f"{prefix}_{metric}", value, unit)
-                server.sample_rss()
+                server.sample_memory()
                 if i == 0:  # under the 8-stream load (llama-server's prompt cache grows later)
                     report(server.kind, "serve_rss_mb", server.rss_mb, "MB")
+                    if server.pss_mb is not None:
+                        report(server.kind, "serve_pss_mb", server.pss_mb, "MB")
         for server in up:
             report(server.kind, "serve_rss_max_mb", server.rss_mb, "MB")
+            if server.pss_mb is not None:
+                report(server.kind, "serve_pss_max_mb", server.pss_mb, "MB")
 
 
 async def _drive(server: Server, work: Workload, streams: int,
@@ -157,7 +185,7 @@ async def _drive(server: Server, work: Workload, streams: int,
             async with sem:
                 rec = await http.one(work.prompts[i], work.output_lens[i])
             if i == len(work) // 2:
-                server.sample_rss()
+                server.sample_memory()
             return rec
 
         recs = await asyncio.wait_for(

@@ -137,6 +137,7 @@ def _type_rows(runs: Runs, t: str) -> list[str]:
             [f"serve_{r:g}rps_ttft_p50_ms" for r in rates])
     row("resident MB under load (process tree); start-up to /health 200 s",
         ["serve_rss_mb", "serve_startup_s"])
+    row("proportional MB under load (process tree, PSS: shared pages once)", ["serve_pss_mb"])
     return out
 
 

@@ -53,6 +53,7 @@
 /* ggml type ids (gguf.GGMLQuantizationType) */
 #define T_Q4_0 2
 #define T_Q4_1 3
+#define T_Q5_0 6
 #define T_Q8_0 8
 #define T_Q4_K 12
 #define T_Q6_K 14
@@ -97,6 +98,7 @@ static int type_info(int t, qinfo *qi) {
     case T_Q8_0: qi->block = 32; qi->bytes = 34; return 1;
     case T_Q4_0: qi->block = 32; qi->bytes = 18; return 1;
     case T_Q4_1: qi->block = 32; qi->bytes = 20; return 1;
+    case T_Q5_0: qi->block = 32; qi->bytes = 22; return 1;
     case T_Q4_K: qi->block = 256; qi->bytes = 144; return 1;
     case T_Q6_K: qi->block = 256; qi->bytes = 210; return 1;
     default: return 0;
@@ -110,6 +112,16 @@ static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
     } else {
         *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* the 32 stored values (0..31) of a Q5_0 block: low nibbles of qs, bit j of qh on top of value j */
+static inline void q5_0_vals(const uint8_t *p, int *v) {
+    uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 | (uint32_t)p[5] << 24;
+    const uint8_t *qs = p + 6;
+    for (int j = 0; j < 16; j++) {
+        v[j] = (qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
+        v[j + 16] = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
     }
 }
 
@@ -142,6 +154,14 @@ static void deq_scalar(int t, const uint8_t *w, int64_t nb, float *out) {
                 out[b * 32 + j] = d * (p[4 + j] & 0xF) + m;
                 out[b * 32 + j + 16] = d * (p[4 + j] >> 4) + m;
             }
+            break;
+        }
+        case T_Q5_0: {
+            const uint8_t *p = w + b * 22;
+            float d = h2f(p);
+            int v[32];
+            q5_0_vals(p, v);
+            for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (v[j] - 16);
             break;
         }
         case T_Q4_K: {
@@ -212,6 +232,16 @@ static float dot_scalar(int t, const uint8_t *w, int64_t nb, const float *x, con
             float s = 0.0f;
             for (int j = 0; j < 16; j++) s += xb[j] * (qs[j] & 0xF) + xb[j + 16] * (qs[j] >> 4);
             acc += q41 ? h2f(p) * s + h2f(p + 2) * xs[b] : h2f(p) * (s - 8.0f * xs[b]);
+            break;
+        }
+        case T_Q5_0: {
+            const uint8_t *p = w + b * 22;
+            const float *xb = x + b * 32;
+            int v[32];
+            q5_0_vals(p, v);
+            float s = 0.0f;
+            for (int j = 0; j < 32; j++) s += xb[j] * v[j];
+            acc += h2f(p) * (s - 16.0f * xs[b]);
             break;
         }
         case T_Q4_K: {
@@ -763,6 +793,15 @@ static float dot_i16_scalar(int t, const uint8_t *w, int64_t nb, const x16_block
             acc += h2f(p) * xq[b].d * s + (q41 ? h2f(p + 2) * xs[b] : 0.0f);
             break;
         }
+        case T_Q5_0: {
+            const uint8_t *p = w + b * 22;
+            int v[32];
+            q5_0_vals(p, v);
+            int32_t s = 0;
+            for (int j = 0; j < 32; j++) s += (v[j] - 16) * xq[b].q[j];
+            acc += h2f(p) * xq[b].d * s;
+            break;
+        }
         case T_Q4_K: {
             const uint8_t *p = w + b * 144;
             float d = h2f(p), dmin = h2f(p + 2);
@@ -1312,7 +1351,7 @@ static void deq_job(void *a, int tid, int nth) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Interleaved "x8" layout (Q4_0, Q4_1, Q8_0), made once at load by qk_repack_x8: 8 weight rows'
+/* Interleaved "x8" layout (Q4_0, Q4_1, Q5_0, Q8_0), made once at load by qk_repack_x8: 8 weight rows'
  * blocks side by side, so one AVX2 pass computes 8 outputs, one per 32-bit lane, with no
  * horizontal sums and the 8 rows' scales loaded as one vector. Rows are grouped by 8 (the last
  * group padded with zero rows); group g, block b is GB bytes at (g * nb + b) * GB:
@@ -1324,18 +1363,38 @@ static void deq_job(void *a, int tid, int nth) {
  *   Q8_0 payload (256 bytes): 8 chunks c of 32 bytes, values 4c..4c+3; lane r holds row r's
  *     int8 values 4c, 4c+2, 4c+1, 4c+3: the low bytes of its words (sign-extended) are the pair
  *     4c, 4c+1 and the high bytes the pair 4c+2, 4c+3.
+ *   Q5_0 payload (160 bytes, the file's 22 bytes a row kept): 5 chunks c of 32 bytes; lane r's
+ *     word 0 holds values 6c, 6c+2, 6c+4 and word 1 values 6c+1, 6c+3, 6c+5 (bits 5i..5i+4,
+ *     stored 0..31); bit 15 of word 0 / word 1 in chunk c is bit c of value 30 / 31. Three shifts
+ *     and masks give 8 rows x 3 pairs, the spare bits of the 5 chunks the pair 30, 31.
  * Activations: int16 per 32 values (x16_block) as the row-layout int16 path, with integer sums
  * of the int16 activations per block for Q4_0's offset (sum (q-8)x = sum qx - 8 sum x) and the
  * exact float sums for Q4_1's min. */
 
 static int x8_group_bytes(int t) {
-    return t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q8_0 ? 272 : 0;
+    return t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q8_0 ? 272 : t == T_Q5_0 ? 176 : 0;
 }
 static int x8_payload(int t) { return t == T_Q4_1 ? 32 : 16; }
 
 /* the 32 stored integers (nibbles 0..15, or int8) of row r of one x8 block group */
 static void x8_unpack_row(int t, const uint8_t *g, int r, int *v) {
     const uint8_t *p = g + x8_payload(t);
+    if (t == T_Q5_0) {
+        int v30 = 0, v31 = 0;
+        for (int c = 0; c < 5; c++) {
+            const uint8_t *l = p + c * 32 + r * 4;
+            unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
+            for (int i = 0; i < 3; i++) {
+                v[6 * c + 2 * i] = (w0 >> (5 * i)) & 0x1F;
+                v[6 * c + 2 * i + 1] = (w1 >> (5 * i)) & 0x1F;
+            }
+            v30 |= (int)(w0 >> 15) << c;
+            v31 |= (int)(w1 >> 15) << c;
+        }
+        v[30] = v30;
+        v[31] = v31;
+        return;
+    }
     if (t == T_Q8_0) {
         for (int c = 0; c < 8; c++) {
             const int8_t *l = (const int8_t *)(p + c * 32 + r * 4);
@@ -1358,6 +1417,10 @@ static void x8_unpack_row(int t, const uint8_t *g, int r, int *v) {
 
 /* the 32 stored integers of one row-layout block */
 static void row_unpack(int t, const uint8_t *blk, int *v) {
+    if (t == T_Q5_0) {
+        q5_0_vals(blk, v);
+        return;
+    }
     if (t == T_Q8_0) {
         for (int j = 0; j < 32; j++) v[j] = ((const int8_t *)(blk + 2))[j];
         return;
@@ -1371,6 +1434,21 @@ static void row_unpack(int t, const uint8_t *blk, int *v) {
 
 static void x8_pack_row(int t, uint8_t *g, int r, const int *v) {
     uint8_t *p = g + x8_payload(t);
+    if (t == T_Q5_0) {
+        for (int c = 0; c < 5; c++) {
+            unsigned w0 = (unsigned)((v[30] >> c) & 1) << 15, w1 = (unsigned)((v[31] >> c) & 1) << 15;
+            for (int i = 0; i < 3; i++) {
+                w0 |= (unsigned)v[6 * c + 2 * i] << (5 * i);
+                w1 |= (unsigned)v[6 * c + 2 * i + 1] << (5 * i);
+            }
+            uint8_t *l = p + c * 32 + r * 4;
+            l[0] = w0 & 0xFF;
+            l[1] = w0 >> 8;
+            l[2] = w1 & 0xFF;
+            l[3] = w1 >> 8;
+        }
+        return;
+    }
     if (t == T_Q8_0) {
         for (int c = 0; c < 8; c++) {
             uint8_t *l = p + c * 32 + r * 4;
@@ -1396,6 +1474,13 @@ static void x8_pack_row(int t, uint8_t *g, int r, const int *v) {
 }
 
 static void row_pack(int t, uint8_t *blk, const int *v) {
+    if (t == T_Q5_0) {
+        uint32_t qh = 0;
+        for (int j = 0; j < 32; j++) qh |= (uint32_t)(v[j] >> 4) << j;
+        for (int i = 0; i < 4; i++) blk[2 + i] = (uint8_t)(qh >> (8 * i));
+        for (int j = 0; j < 16; j++) blk[6 + j] = (uint8_t)((v[j] & 0xF) | (v[j + 16] & 0xF) << 4);
+        return;
+    }
     if (t == T_Q8_0) {
         for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)v[j];
         return;
@@ -1417,6 +1502,7 @@ static void x8_dot_scalar(int t, const uint8_t *gp, int64_t nb, const x16_block 
             int32_t s = 0;
             for (int j = 0; j < 32; j++) s += v[j] * xq[b].q[j];
             if (t == T_Q4_0) s -= 8 * xi[b];
+            if (t == T_Q5_0) s -= 16 * xi[b];
             out[r] += h2f(p + 2 * r) * xq[b].d * (float)s;
             if (t == T_Q4_1) out[r] += h2f(p + 16 + 2 * r) * xs[b];
         }
@@ -1437,7 +1523,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
         const int po = t == T_Q4_1 ? 32 : 16;                                                \
         const int NA = MR == 1 ? NA1 : MR == 2 ? (NA1 > 2 ? 2 : NA1) : NA3;                  \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
@@ -1448,7 +1534,26 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
             __m256i s[4][4];                                                                 \
             for (int i = 0; i < MR; i++)                                                     \
                 for (int a = 0; a < NA; a++) s[i][a] = _mm256_setzero_si256();               \
-            if (t == T_Q8_0) {                                                               \
+            if (t == T_Q5_0) {                                                               \
+                const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
+                __m256i hb = _mm256_setzero_si256();                                         \
+                for (int c = 0; c < 5; c++) {                                                \
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
+                    __m256i u[3] = {_mm256_and_si256(v, m5),                                 \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 5), m5),           \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 10), m5)};         \
+                    hb = _mm256_or_si256(hb, _mm256_slli_epi16(_mm256_srli_epi16(v, 15), c)); \
+                    for (int h = 0; h < 3; h++)                                              \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            int a = (3 * c + h) % NA;                                        \
+                            s[i][a] = MADD_ACC(s[i][a], u[h],                                \
+                                               bcast_pair(xq[i * n32 + b].q + 6 * c + 2 * h)); \
+                        }                                                                    \
+                }                                                                            \
+                for (int i = 0; i < MR; i++)                                                 \
+                    s[i][15 % NA] = MADD_ACC(s[i][15 % NA], hb,                              \
+                                             bcast_pair(xq[i * n32 + b].q + 30));            \
+            } else if (t == T_Q8_0) {                                                        \
                 for (int c = 0; c < 8; c++) {                                                \
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
                     __m256i u[2] = {_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8),           \
@@ -1481,8 +1586,9 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
             for (int i = 0; i < MR; i++) {                                                   \
                 __m256i si = s[i][0];                                                        \
                 for (int a = 1; a < NA; a++) si = _mm256_add_epi32(si, s[i][a]);             \
-                if (t == T_Q4_0)                                                             \
-                    si = _mm256_sub_epi32(si, _mm256_set1_epi32(8 * xi[i * n32 + b]));       \
+                if (t == T_Q4_0 || t == T_Q5_0)                                              \
+                    si = _mm256_sub_epi32(si, _mm256_set1_epi32((t == T_Q5_0 ? 16 : 8) *      \
+                                                                xi[i * n32 + b]));           \
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),                             \
                                          _mm256_mul_ps(d8, _mm256_set1_ps(xq[i * n32 + b].d)), \
                                          acc[i]);                                            \
@@ -1521,6 +1627,10 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, X8_NA_VNNI, 2)
     case T_Q8_0 * 8 + 2: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 2, out); break;            \
     case T_Q8_0 * 8 + 3: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 3, out); break;            \
     case T_Q8_0 * 8 + 4: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 4, out); break;            \
+    case T_Q5_0 * 8 + 1: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 1, out); break;            \
+    case T_Q5_0 * 8 + 2: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 2, out); break;            \
+    case T_Q5_0 * 8 + 3: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 3, out); break;            \
+    case T_Q5_0 * 8 + 4: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 4, out); break;            \
     }
 
 AVX2 static void x8_group_avx2(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
@@ -1614,7 +1724,7 @@ static void x8_deq_job(void *a, int c, int nchunks) {
             const uint8_t *p = j->w + (g * j->nb + b) * gb;
             for (int r = 0; r < rows; r++) {
                 float d = h2f(p + 2 * r), mn = j->t == T_Q4_1 ? h2f(p + 16 + 2 * r) : 0.0f;
-                float off = j->t == T_Q4_0 ? 8.0f : 0.0f;
+                float off = j->t == T_Q4_0 ? 8.0f : j->t == T_Q5_0 ? 16.0f : 0.0f;
                 float *o = j->deq + (g * 8 + r) * j->ldo + b * 32;
                 x8_unpack_row(j->t, p, r, v);
                 for (int i = 0; i < 32; i++) o[i] = d * ((float)v[i] - off) + mn;
@@ -1663,6 +1773,7 @@ int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, i
     int64_t nb;
     int rc = check(t, n, k, row_bytes, nthreads, &level, &nb);
     if (rc) return rc;
+    if (t == T_Q5_0) level = 0; /* Q5_0 rows: scalar only (the engine runs Q5_0 in x8) */
     if (m < 0 || ldx < k || ldy < n) return E_SHAPE;
     if (act8 < 0 || act8 > 2) return E_ACT8;
     if (act8 == 1 && t != T_Q8_0 && t != T_Q4_0 && t != T_Q4_1) return E_ACT8;
@@ -1738,6 +1849,7 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
     int64_t nb;
     int rc = check(t, n, k, row_bytes, nthreads, &level, &nb);
     if (rc) return rc;
+    if (t == T_Q5_0) level = 0;
     if (ldo < k) return E_SHAPE;
     if (n == 0) return E_OK;
     job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0, NULL, NULL, 0};
@@ -1747,7 +1859,7 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* x8 layout API (Q4_0, Q4_1, Q8_0) */
+/* x8 layout API (Q4_0, Q4_1, Q5_0, Q8_0) */
 
 static int x8_check(int t, int64_t n, int64_t k, int nthreads, int *level) {
     if (!x8_group_bytes(t)) return E_TYPE;

@@ -90,21 +90,24 @@ class Segment:
     x8: bool = False
 
 
-def _source_qtype(src: Any) -> QType | None:
-    """The kernels' type for a source's stored blocks (a widened type's for Q5_0, see
-    ``quantize.WIDENED``), or None (float or unsupported)."""
+def _source_qtype(src: Any, want: QType | None = None) -> QType | None:
+    """The kernels' type for a source's stored blocks, or None (float or unsupported); the
+    type they widen to (``quantize.WIDENED``: Q5_0 -> Q8_0) when ``want`` is that type."""
     name = getattr(getattr(src, "qtype", None), "name", None)
     if not isinstance(name, str):
         return None
     name = name.lower()
-    return QTYPES.get(WIDENED.get(name, name))
+    if want is not None and WIDENED.get(name) == want.name:
+        return want
+    return QTYPES.get(name)
 
 
-def _raw(src: Any, start: int, length: int) -> np.ndarray:
-    """Stored blocks of rows ``[start, start+length)``, widened where the file's type is."""
+def _raw(src: Any, start: int, length: int, qtype: QType) -> np.ndarray:
+    """Stored blocks of rows ``[start, start+length)`` as ``qtype`` (widened where the file's
+    type is another, see ``_source_qtype``)."""
     raw = np.asarray(src.raw_rows(start, length))
     name = getattr(getattr(src, "qtype", None), "name", "")
-    if isinstance(name, str) and name.lower() == "q5_0":
+    if isinstance(name, str) and name.lower() == "q5_0" and qtype.name == "q8_0":
         return q5_0_as_q8_0(raw)
     return raw
 
@@ -114,10 +117,10 @@ def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
     """Rows ``[start, start+length)`` of a checkpoint source in the form ``policy`` keeps:
     the stored blocks when the source has them in a type the policy takes, else float rows,
     quantized to the policy's type when it names one."""
-    stored = _source_qtype(src)
     want = policy.qtype
+    stored = _source_qtype(src, want)
     if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
-        raw = np.ascontiguousarray(_raw(src, start, length))
+        raw = np.ascontiguousarray(_raw(src, start, length, stored))
         return stored, torch.from_numpy(raw.copy() if not raw.flags.writeable else raw)
     values = src[start:start + length]
     values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
@@ -140,8 +143,8 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
                                                                                   torch.Tensor]:
     """Columns ``[start, start+length)`` of every row, as ``source_rows``; stored blocks are cut
     at block boundaries (ValueError naming the sizes otherwise)."""
-    stored = _source_qtype(src)
     want = policy.qtype
+    stored = _source_qtype(src, want)
     n, k = source_shape(src)
     if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
         if start % stored.block or length % stored.block:
@@ -149,7 +152,7 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
                              f"[{start}, {start + length}): the split must fall on "
                              f"{stored.block}-value block boundaries (use fewer tensor-parallel "
                              f"ranks or another quantization)")
-        raw = _raw(src, 0, n)
+        raw = _raw(src, 0, n, stored)
         b0 = start // stored.block * stored.bytes
         b1 = (start + length) // stored.block * stored.bytes
         return stored, torch.from_numpy(np.ascontiguousarray(raw[:, b0:b1]).copy())
@@ -238,6 +241,14 @@ class QuantizedWeight:
     def _layout(self, s: Segment, act: str) -> bool:
         """Put ``s`` in the layout the kernels take for activations ``act``; True: x8."""
         want = self.policy.x8 and act == "int16" and s.qtype.name in X8_TYPES
+        if not want and s.qtype.name in WIDENED:
+            # Q5_0 rows have scalar kernels only: outside x8 they run as the Q8_0 blocks of the
+            # same values (34 bytes for 22, the AVX2/AVX-512 row paths)
+            self._rows(s)
+            wide = QTYPES[WIDENED[s.qtype.name]]
+            s.data = torch.from_numpy(q5_0_as_q8_0(s.data.numpy()))
+            s.qtype = wide
+            self._plan = None
         if want and not s.x8:
             s.data = self.kernel.repack_x8(s.qtype, s.data, self.in_features)
             s.x8 = True
@@ -346,6 +357,7 @@ class QuantizedWeight:
                         s.n, self.in_features, out.data_ptr() + 4 * s.offset,
                         self.out_features, threads, -1)
                 else:
+                    act = self._activations(s)  # a widened Q5_0 segment is Q8_0 now
                     code = self.kernel.raw_matmul(
                         s.qtype.ggml_id, x2.data_ptr(), self.in_features, m,
                         s.data.data_ptr(), s.data.shape[1], s.n, self.in_features,

@@ -13,6 +13,7 @@ import torch
 
 from aioengine.worker.quant import QTYPES, QuantKernelError, load_quant_kernel, quantize
 from aioengine.worker.quant.kernel import X8_TYPES
+from aioengine.worker.quant.quantize import q5_0_as_q8_0
 from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
 
 gguf = pytest.importorskip("gguf")
@@ -130,9 +131,12 @@ def test_weight_switches_layout_with_the_policy(kern, name):
         assert np.abs(got.numpy() - ref).max() < (0.05 if act == "int8" else 1e-3) * float(
             np.abs(ref).max())
     qw.policy = QuantPolicy(name, x8=False)
-    assert torch.equal(qw(x), qw.kernel.matmul(qt, x, torch.from_numpy(b), torch.empty(3, 50),
-                                               activations="int16"))
-    assert not qw.segments[0].x8 and torch.equal(qw.segments[0].data, torch.from_numpy(b))
+    # Q5_0 has scalar row kernels only: the row layout runs the Q8_0 blocks of its values
+    rqt, rows = (QTYPES["q8_0"], q5_0_as_q8_0(b)) if name == "q5_0" else (qt, b)
+    assert torch.equal(qw(x), qw.kernel.matmul(rqt, x, torch.from_numpy(rows),
+                                               torch.empty(3, 50), activations="int16"))
+    assert not qw.segments[0].x8 and torch.equal(qw.segments[0].data, torch.from_numpy(rows))
+    assert qw.segments[0].qtype is rqt
 
 
 def test_decode_plan_matches_the_checked_path(kern):
