@@ -35,6 +35,7 @@ from aioengine.worker.quant.kernel import (
     load_quant_kernel,
 )
 from aioengine.worker.quant.quantize import WIDENED, q5_0_as_q8_0, quantize
+from aioengine.worker.threads import kernel_threads
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +337,7 @@ class QuantizedWeight:
                 n = self.out_features
                 out = torch.empty(m, n)
                 code = self.kernel.raw_matmul_segs(plan.segs, plan.nseg, x.data_ptr(), k, m, k,
-                                                   out.data_ptr(), n, torch.get_num_threads())
+                                                   out.data_ptr(), n, kernel_threads())
                 if code:
                     raise QuantKernelError(f"qk_matmul_segs rejected its inputs: "
                                            f"{error_text(code)} (M={m}, N={n}, K={k})")
@@ -371,6 +372,7 @@ class QuantizedWeight:
                 else:
                     dst.copy_(F.linear(x2, w))
             else:  # rows checked at set_rows, x2 and out contiguous float32: the bare C call
+                threads = kernel_threads()
                 act = self._activations(s)
                 if self._layout(s, act):
                     code = self.kernel.raw_matmul_x8(
