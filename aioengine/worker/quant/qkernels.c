@@ -1796,7 +1796,9 @@ static void x8_matmul_job(void *a, int c, int nchunks) {
     int64_t g0, g1;
     x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
     const int64_t gsz = j->nb * x8_group_bytes(j->t);
-    const int tile = j->m >= atomic_load_explicit(&x8_tile_min_m, memory_order_relaxed);
+    /* the two-group tile has no Q5_0 unpacking yet: Q5_0 keeps the one-group kernel */
+    const int tile = j->t != T_Q5_0 &&
+                     j->m >= atomic_load_explicit(&x8_tile_min_m, memory_order_relaxed);
     const int64_t mc = x8_m_block(j->m, j->n32);
     float out[64];
     for (int64_t m0 = 0; m0 < j->m; m0 += mc) {
