@@ -116,8 +116,8 @@ class AsyncMPClient:
         engines = await launch_replicas(self.config, replicas, backend)
         link.engine = engines[0]
         try:
-            self._tokenizer = await backend.to_thread(Tokenizer.from_dir,
-                                                      link.engine.tokenizer_path)
+            self._tokenizer = link.engine.tokenizer or await backend.to_thread(
+                Tokenizer.from_dir, link.engine.tokenizer_path)
         except BaseException:
             link.engine = None  # not started: shutdown() has nothing to stop
             with backend.shielded():

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import msgspec
 
 from aioengine.client.backend_types import Backend
+from aioengine.client.tokenizer import Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.hub import ResolvedModel, resolve_model
 from aioengine.messages.launch import DETOK_TARGET, ENGINE_TARGET, DetokLaunch, EngineLaunch
@@ -65,12 +66,14 @@ class EngineProcess:
     """The running engine as the client sees it: two endpoints and a supervisor."""
 
     def __init__(self, supervisor: EngineOwner, requests: AsyncWriter, outputs: AsyncReader,
-                 ready: EngineReady, resolved: ResolvedModel) -> None:
+                 ready: EngineReady, resolved: ResolvedModel,
+                 tokenizer: Tokenizer | None = None) -> None:
         self.supervisor = supervisor
         self.requests = requests
         self.outputs = outputs
         self.ready = ready
         self.resolved = resolved
+        self.tokenizer = tokenizer  # the host's, loaded while the engine started (or None)
 
     @property
     def tokenizer_path(self) -> str:
@@ -113,9 +116,10 @@ def channel_urls(transport: str) -> tuple[str, str]:
 
 
 async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadError], None],
-                        backend: Backend) -> EngineProcess:
+                        backend: Backend, load_tokenizer: bool = True) -> EngineProcess:
     """Everything ``AsyncMPClient.start`` needs; on failure nothing is left running or bound.
-    Blocking steps run in ``backend``'s worker threads."""
+    Blocking steps run in ``backend``'s worker threads. With ``load_tokenizer`` the host's
+    tokenizer is loaded while the engine starts (``EngineProcess.tokenizer``)."""
     to_thread = backend.to_thread
     try:
         resolved = await to_thread(functools.partial(resolve_model, require_tokenizer=True),
@@ -149,14 +153,25 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
         spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode(), env=model_process_env())
         if config.detokenize_in == "process":
             await to_thread(supervisor.spawn, spec)
-            payload = await to_thread(supervisor.wait_ready, config.startup_timeout,
-                                              [ENGINE_NAME])
+            waiting = to_thread(supervisor.wait_ready, config.startup_timeout, [ENGINE_NAME])
         else:
-            payload = await to_thread(supervisor.start, [spec], config.startup_timeout)
+            waiting = to_thread(supervisor.start, [spec], config.startup_timeout)
+        # The host's tokenizer loads while the engine imports torch and loads the model
+        # (SmolLM2's: ~0.25 s that came after READY); both are waited for, the engine first.
+        payload, tokenizer = await backend.gather(
+            waiting, _tokenizer(backend, resolved.tokenizer_path if load_tokenizer else None),
+            return_exceptions=True)
+        for outcome in (payload, tokenizer):
+            if isinstance(outcome, BaseException):
+                raise outcome
         ready = EngineReady.from_payload(payload[ENGINE_NAME])
     except BaseException:
         with backend.shielded():  # under trio, a cancelled start still stops what it started
             await to_thread(supervisor.shutdown)
         close_quietly(requests, outputs)
         raise
-    return EngineProcess(supervisor, requests, outputs, ready, resolved)
+    return EngineProcess(supervisor, requests, outputs, ready, resolved, tokenizer)
+
+
+async def _tokenizer(backend: Backend, path: str | None) -> Tokenizer | None:
+    return None if path is None else await backend.to_thread(Tokenizer.from_dir, path)

@@ -49,6 +49,19 @@ def test_full_mode_without_llama_cpp_fails_saying_how_to_get_one(tmp_path: Path)
     assert "suite peers failed" in proc.stderr and "pass --llama-cpp DIR" in proc.stderr
 
 
+def test_our_side_alone_needs_no_llama_cpp_unless_one_is_named(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path / "empty"))
+    src = _gguf(tmp_path / "m.gguf", 3)
+    # no build anywhere: fine for our side, until a file of another type is to be made
+    with pytest.raises(peers.NoLlamaCpp, match="making the q8_0 file needs llama-quantize"):
+        peers.run(BenchOptions(model=src, only=("aioengine",), quants=("q8_0",)))
+    with pytest.raises(peers.NoLlamaCpp, match=f"--llama-cpp {tmp_path}: no executable"):
+        peers.run(BenchOptions(model=src, only=("aioengine",), llama_cpp=str(tmp_path)))
+    with pytest.raises(peers.NoLlamaCpp, match=r"no llama\.cpp build at"):
+        peers.run(BenchOptions(model=src, only=("serve",)))
+
+
 def test_an_unknown_quant_type_is_refused_before_anything_runs(tmp_path: Path) -> None:
     proc = _bench(["--quants", "f32,q9_9"], tmp_path)
     assert proc.returncode == 2
@@ -161,13 +174,16 @@ def test_our_child_reports_the_default_threads_and_the_x8_switch() -> None:
     off = ours_child({**spec, "threads": 2}, {**os.environ, X8_ENV: "0"})
     assert on["x8_fraction"] > 0.3 and off["x8_fraction"] == 0
     assert on["float_fraction"] == pytest.approx(off["float_fraction"], abs=1e-3)
-    # the default is what ModelRunner picks with num_threads unset (the quantized kernels
-    # split rows over torch's threads)
+    # the default is what ModelRunner picks with num_threads unset: the quantized kernels run
+    # on the measured count (torch keeps its CPUs-1); an explicit count is every pool's
     from aioengine.config import EngineConfig
-    from aioengine.worker.threads import threads_per_rank
+    from aioengine.worker.threads import threads_per_rank, usable_cpus
 
-    assert on["threads"] == on["torch_threads"] == threads_per_rank(EngineConfig(model="tiny"), 1)
-    assert off["threads"] == 2 and on["decode_tok_s"] > 0 and "prefill_tok_s" not in on
+    assert on["threads"] == on["kernel_threads"] == on["gemv_threads"]
+    assert 1 <= on["threads"] <= usable_cpus()
+    assert on["torch_threads"] == threads_per_rank(EngineConfig(model="tiny"), 1)
+    assert off["threads"] == off["torch_threads"] == off["kernel_threads"] == 2
+    assert on["decode_tok_s"] > 0 and "prefill_tok_s" not in on
 
 
 def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:
@@ -193,8 +209,76 @@ def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:
     # the engine's model process is a child of the server: the tree holds more than the server
     assert values["serve_rss_mb"] > 100 and got["serve_rss_mb"][1] == "MB"
     assert values["serve_rss_max_mb"] >= values["serve_rss_mb"]
+    # PSS counts the pages the host and the engine share (the shm rings, libraries) once
+    assert 100 < values["serve_pss_mb"] < values["serve_rss_mb"]
+    assert got["serve_pss_mb"][1] == "MB"
+    assert values["serve_pss_max_mb"] >= values["serve_pss_mb"]
     with pytest.raises(OSError):  # the server is gone
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def _thp_mode() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "none"
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else "none"
+
+
+def test_read_bandwidth_of_each_kind_of_pages() -> None:
+    from aioengine.bench.peers import child
+
+    gbs_4k, huge_4k = child.read_bandwidth(8, 1, "4k", reps=2)
+    assert gbs_4k > 0.1 and huge_4k == 0
+    gbs_huge, huge = child.read_bandwidth(8, 2, "huge", reps=2)
+    assert gbs_huge > 0.1
+    if _thp_mode() in ("always", "madvise"):  # the kernel grants them on advice
+        assert huge > 0.9
+    with pytest.raises(ValueError, match="pages must be one of huge, 4k, got '1g'"):
+        child.page_buffer(1 << 20, "1g")
+    import torch
+
+    small = torch.ones(16)  # malloc's heap, far below a huge page
+    assert 0 <= child.huge_page_fraction([small]) <= 1
+    assert child.huge_page_fraction([]) == 0
+
+
+def test_our_full_child_reads_both_kinds_at_its_thread_count() -> None:
+    spec = {"model": "tiny", "decode_tokens": 4, "prefill_len": 16, "quantization": "q8_0",
+            "threads": 1}
+    got = ours_child(spec)
+    assert got["threads"] == 1 and got["prefill_tok_s"] > 0
+    for pages in ("huge", "4k"):
+        assert got[f"read_gbytes_per_s_{pages}"] > 0.1
+    assert got["read_huge_fraction_4k"] == 0 and 0 <= got["weights_huge_fraction"] <= 1
+
+
+SHARING = """
+import mmap, os, sys, time
+m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_SHARED)
+m.write(b"x" * (64 << 20))
+if os.fork() == 0:  # the child maps every page too (a fork does not copy shared mappings' PTEs)
+    assert sum(m[i] for i in range(0, 64 << 20, 4096)) == ord("x") * (16 << 10)
+    print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_tree_pss_counts_pages_shared_in_the_tree_once() -> None:
+    """A parent and its child both map the same 64 MiB: RSS counts it in each process, PSS
+    once for the tree. Without smaps_rollup (Linux < 4.14) there is no PSS: None."""
+    proc = subprocess.Popen([sys.executable, "-c", SHARING], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert len(serving.tree_pids(proc.pid)) == 2
+        rss, pss = serving.tree_rss_mb(proc.pid), serving.tree_pss_mb(proc.pid)
+        assert pss is not None
+        assert rss >= 128 and pss >= 64
+        assert rss - pss >= 60, (rss, pss)  # the shared 64 MiB counted once, not twice
+    finally:
+        for pid in serving.tree_pids(proc.pid)[::-1]:
+            os.kill(pid, 9)
+        proc.wait()
 
 
 def test_decode_read_bytes_counts_quantized_weights() -> None:
@@ -208,6 +292,11 @@ def test_decode_read_bytes_counts_quantized_weights() -> None:
     # Q8_0 holds 34 bytes per 32 weights; rows that are not whole blocks stay float32
     assert 0.2 * peers.decode_read_bytes(fp32) < peers.decode_read_bytes(q8) \
         < 0.5 * peers.decode_read_bytes(fp32)
+    from aioengine.bench.peers.child import decode_tensors
+
+    for model in (fp32, q8):  # the tensors whose pages are looked at: those read, and the table
+        assert sum(t.numel() * t.element_size() for t in decode_tensors(model)) == \
+            peers.decode_read_bytes(model) + embed.numel() * embed.element_size()
 
 
 def _run_json(rows: list[tuple[str, str, float, str]], config: dict) -> dict:
@@ -227,6 +316,8 @@ def test_the_table_script_prints_the_readme_rows(tmp_path: Path) -> None:
     b = _run_json([("llama.cpp", "f32.serve_rss_mb", 700.0, "MB"),
                    ("aioengine", "f32.serve_rss_mb", 1400.0, "MB"),
                    ("aioengine", "f32.serve_startup_s", 2.0, "s"),
+                   ("aioengine", "f32.serve_pss_mb", 1300.0, "MB"),
+                   ("llama.cpp", "f32.serve_pss_mb", 650.0, "MB"),
                    ("llama.cpp", "f32.serve_startup_s", 0.5, "s")],
                   {"model": "m.gguf", "quants": ["f32"], "x8": False})
     paths = []
@@ -244,6 +335,9 @@ def test_the_table_script_prints_the_readme_rows(tmp_path: Path) -> None:
     assert "| peers (full) | Q4_1 GGUF, Poisson 4 req/s: ITL p50 ms | 50 | 40 | 0.80x |" in out
     assert ("| peers (full) | F32 GGUF, resident MB under load (process tree); start-up to "
             "/health 200 s | 1,400 / 2 | 700 / 0.5 | 0.50x / 0.25x |") in out
+    assert ("| peers (full) | F32 GGUF, proportional MB under load (process tree, PSS: shared "
+            "pages once) | 1,300 | 650 | 0.50x |") in out
+    assert "Q4_1 GGUF, proportional MB" not in out  # a run without PSS figures: no row
     full = table.main([str(paths[0]), "--format", "full"])
     assert full == 0
     bad = tmp_path / "bad.json"

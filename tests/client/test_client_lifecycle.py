@@ -251,3 +251,40 @@ def test_sync_client_backend_errors() -> None:
         SyncMPClient(tiny_config("shm"), backend="curio")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"use_uvloop=True .* needs backend=.asyncio."):
         SyncMPClient(tiny_config("shm"), backend="trio", use_uvloop=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_host_tokenizer_loads_while_the_engine_starts(backend: str, monkeypatch) -> None:
+    """``start()`` loads the host's tokenizer while the engine process imports torch and loads
+    the model (it used to load after READY): the load begins before the supervisor's wait for
+    READY returns, runs once, and the client uses that tokenizer."""
+    from aioengine.client.tokenizer import Tokenizer
+    from aioengine.runtime import Supervisor
+
+    events: list[tuple[str, float]] = []
+    loaded: list[Tokenizer] = []
+    real_from_dir, real_start = Tokenizer.from_dir.__func__, Supervisor.start
+
+    def from_dir(cls: type[Tokenizer], path: str) -> Tokenizer:
+        events.append(("tokenizer", time.monotonic()))
+        loaded.append(real_from_dir(cls, path))
+        return loaded[-1]
+
+    def start(self: Supervisor, *args: Any, **kw: Any) -> Any:
+        try:
+            return real_start(self, *args, **kw)
+        finally:
+            events.append(("ready", time.monotonic()))
+
+    monkeypatch.setattr(Tokenizer, "from_dir", classmethod(from_dir))
+    monkeypatch.setattr(Supervisor, "start", start)
+
+    async def run() -> Tokenizer:
+        async with AsyncMPClient(tiny_config("shm")) as client:
+            async for _ in client.generate("one", SHORT):
+                pass
+            return client.tokenizer
+
+    tok = anyio.run(run, backend=backend)
+    assert [name for name, _ in events] == ["tokenizer", "ready"], events
+    assert loaded == [tok]

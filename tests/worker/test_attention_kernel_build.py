@@ -70,6 +70,33 @@ def test_build_is_cached_and_keyed_by_the_compiler(tmp_path, cache):
     assert second != first and second.is_file() and first.is_file()
 
 
+@needs_cc
+def test_compiler_version_runs_once_per_compiler_file(tmp_path, cache):
+    """Every kernel load hashes the compiler's version: it is asked once per process and
+    compiler file (a model loads one kernel per linear), and again once the file changes."""
+    from aioengine.worker.cbuild import compiler_version
+
+    compiler_version.cache_clear()
+    script = tmp_path / "vcc"
+
+    def write(tag: str) -> None:
+        script.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo v >> {tmp_path}/v.log; "
+                          f"echo {tag}; exit 0;; esac\nexec {CC} \"$@\"\n")
+        script.chmod(0o755)
+
+    def versions() -> int:
+        return len((tmp_path / "v.log").read_text().splitlines())
+
+    write("cc-one")
+    first = ensure_built(str(script))
+    assert ensure_built(str(script)) == first and ensure_built(str(script)) == first
+    assert versions() == 1
+    write("cc-two-longer")  # an upgraded compiler: another size, mtime and version
+    second = ensure_built(str(script))
+    assert versions() == 2 and second != first
+    assert ensure_built(str(script)) == second and versions() == 2
+
+
 CHILD = """
 import sys
 from aioengine.worker.attention.cpu_kernel import PagedDecodeKernel, ensure_built

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aioengine.bench.latency import RequestRecord, percentile
+from aioengine.bench.peers import procs
 from aioengine.bench.workload import Workload
 
 BASELINE = "llama.cpp"
@@ -47,8 +47,8 @@ def wait_health(url: str, proc: subprocess.Popen, t0: float) -> float:
     raise RuntimeError(f"{url}/health did not answer 200 within {START_TIMEOUT:.0f} s")
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident MB of a process and all its descendants (Linux /proc)."""
+def tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants (Linux /proc)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -59,24 +59,47 @@ def tree_rss_mb(pid: int) -> float:
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [pid]
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
+        found.append(p)
         todo += children.get(p, [])
-        try:
-            with open(f"/proc/{p}/status") as f:
-                m = re.search(r"VmRSS:\s+(\d+) kB", f.read())
-            total += int(m.group(1)) if m else 0
-        except OSError:
-            pass
-    return total / 1024
+    return found
 
 
-def server_command(kind: str, bindir: Path, model: str, port: int, threads: int,
+def _kb(path: str, field: str) -> int | None:
+    """``field``'s kB in a /proc file (None: the process is gone or the file unreadable)."""
+    try:
+        with open(path) as f:
+            m = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident MB of a process and all its descendants: each one's VmRSS, so a page several
+    of them map (shared memory rings, shared libraries) counts once per process."""
+    return sum(_kb(f"/proc/{p}/status", "VmRSS") or 0 for p in tree_pids(pid)) / 1024
+
+
+def tree_pss_mb(pid: int) -> float | None:
+    """Proportional set size of the tree in MB (``/proc/PID/smaps_rollup``, Linux >= 4.14): a
+    page mapped by N processes counts 1/N in each, so pages the tree's processes share count
+    once. Pages shared with processes outside the tree (the same libraries loaded elsewhere)
+    are split with those too. None where the kernel has no smaps_rollup."""
+    if not os.path.exists("/proc/self/smaps_rollup"):
+        return None
+    return sum(_kb(f"/proc/{p}/smaps_rollup", "Pss") or 0 for p in tree_pids(pid)) / 1024
+
+
+def server_command(kind: str, bindir: Path | None, model: str, port: int, threads: int,
                    streams: int, ctx: int, quantization: str | None = None) -> list[str]:
     """llama-server at ``threads`` with ``streams`` slots of ``ctx`` tokens, or our server with
     the engine's own thread policy (what a user gets) and ``streams`` sequences at most."""
     if kind == BASELINE:
+        if bindir is None:
+            raise ValueError("llama-server's command needs the llama.cpp directory")
         return [str(bindir / "llama-server"), "-m", model, "--port", str(port), "-t",
                 str(threads), "--parallel", str(streams), "-c", str(ctx * streams),
                 "--host", "127.0.0.1"]
@@ -92,29 +115,26 @@ class Server:
     pid: int
     startup_s: float
     rss_mb: float = 0.0  # the most seen so far
+    pss_mb: float | None = 0.0  # the most seen so far; None without smaps_rollup
 
-    def sample_rss(self) -> None:
+    def sample_memory(self) -> None:
         self.rss_mb = max(self.rss_mb, tree_rss_mb(self.pid))
+        pss = tree_pss_mb(self.pid)
+        self.pss_mb = None if pss is None or self.pss_mb is None else max(self.pss_mb, pss)
 
 
 @contextmanager
 def started(kind: str, cmd: list[str], port: int,
             env: dict[str, str] | None = None) -> Iterator[Server]:
-    """Start a server in its own session, wait for a 200 on ``/health`` (the start-up time),
-    and kill its whole process group afterwards."""
+    """Start a server in its own session (``procs.popen``: it dies with the bench), wait for a
+    200 on ``/health`` (the start-up time), and stop its whole process group afterwards."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+    proc = procs.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
         yield Server(kind, url, proc.pid, wait_health(url, proc, t0))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        procs.stop(proc)
 
 
 def serving_rows(servers: list[tuple[str, list[str], int, dict[str, str] | None]],
@@ -123,7 +143,7 @@ def serving_rows(servers: list[tuple[str, list[str], int, dict[str, str] | None]
     """Start each server (one after the other, so start-up times are not contended), then run
     the closed loop and every rate, alternating which server goes first; ``report(kind,
     metric, value, unit)`` gets every figure."""
-    with ExitStack() as stack:
+    with procs.guarded(), ExitStack() as stack:
         up: list[Server] = []
         for kind, cmd, port, env in servers:
             up.append(stack.enter_context(started(kind, cmd, port, env)))
@@ -135,11 +155,15 @@ def serving_rows(servers: list[tuple[str, list[str], int, dict[str, str] | None]
                 recs, wall = asyncio.run(_drive(server, work, streams, rate))
                 for metric, value, unit in summary(recs, wall, server.url):
                     report(server.kind, f"{prefix}_{metric}", value, unit)
-                server.sample_rss()
+                server.sample_memory()
                 if i == 0:  # under the 8-stream load (llama-server's prompt cache grows later)
                     report(server.kind, "serve_rss_mb", server.rss_mb, "MB")
+                    if server.pss_mb is not None:
+                        report(server.kind, "serve_pss_mb", server.pss_mb, "MB")
         for server in up:
             report(server.kind, "serve_rss_max_mb", server.rss_mb, "MB")
+            if server.pss_mb is not None:
+                report(server.kind, "serve_pss_max_mb", server.pss_mb, "MB")
 
 
 async def _drive(server: Server, work: Workload, streams: int,
@@ -161,7 +185,7 @@ async def _drive(server: Server, work: Workload, streams: int,
             async with sem:
                 rec = await http.one(work.prompts[i], work.output_lens[i])
             if i == len(work) // 2:
-                server.sample_rss()
+                server.sample_memory()
             return rec
 
         recs = await asyncio.wait_for(

@@ -23,7 +23,8 @@ async def launch_replicas(config: EngineConfig, replicas: list[Replica],
         from aioengine.client.dp.ray_replicas import launch_ray_replicas
         return await launch_ray_replicas(config, replicas, backend)
     results = await backend.gather(
-        *(launch_engine(replica_config(config, r.index), r.death.from_monitor_thread, backend)
+        *(launch_engine(replica_config(config, r.index), r.death.from_monitor_thread, backend,
+                        load_tokenizer=r.index == 0)  # one host tokenizer serves every replica
           for r in replicas), return_exceptions=True)
     failures = [r for r in results if isinstance(r, BaseException)]
     started = [r for r in results if isinstance(r, EngineProcess)]

@@ -23,6 +23,7 @@ from aioengine.worker.cbuild import KernelBuildError
 from aioengine.worker.ops import CpuOps
 from aioengine.worker.ops import plan as cplan
 from aioengine.worker.quant.kernel import load_quant_kernel
+from aioengine.worker.threads import kernel_threads
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ class DecodePlan:
         s.cos, s.sin, s.slots = cos.data_ptr(), sin.data_ptr(), slots.data_ptr()
         s.rows, s.block_tables, s.context_lens, s.window_starts = rows, tables, lens, windows
         s.b, s.block_size, s.num_blocks, s.max_blocks = b, bs, num_blocks, max_blocks
-        s.qthreads, s.fthreads = torch.get_num_threads(), gemv.threads()
+        s.qthreads, s.fthreads = kernel_threads(), gemv.threads()
         code = self.lib.run(ctypes.byref(s), ctypes.byref(self._where))
         if code:
             raise cplan.PlanError(cplan.error_text(code, self._where.value))
