@@ -74,8 +74,9 @@ class DecodePlan:
     """One model's layers for ``plan_run``, valid for one set of KV cache tensors."""
 
     def __init__(self, lib: cplan.PlanLib, step: cplan.PlanStep, layers: Any,
-                 states: list[tuple[Any, ...]], caches: tuple[int, ...], max_rows: int,
-                 windowed: bool, keep: tuple[Any, ...]) -> None:
+                 states: list[tuple[Any, ...]], caches: tuple[int, ...],
+                 cache_dtype: torch.dtype, max_rows: int, windowed: bool,
+                 keep: tuple[Any, ...]) -> None:
         self.lib = lib
         self.step = step
         self.layers = layers  # the ctypes array the step points at
@@ -84,6 +85,7 @@ class DecodePlan:
         self.max_rows = max_rows
         self.windowed = windowed  # every layer attends with the step's windowed metadata
         self.runs = 0  # steps run (tests)
+        self.cache_dtype = cache_dtype  # picked the rope_store function
         self.keep = keep
         self._scratch: dict[int, tuple[torch.Tensor, ...]] = {}
         self._where = ctypes.c_int64(-1)
@@ -140,13 +142,15 @@ class DecodePlan:
         step.final_w = model.norm.weight.data_ptr()
         step.eps, step.scale = float(model.spec.rms_norm_eps), float(attn0.scale)
         step.norm_offset = int(model.spec.norm_offset)
-        keep = (qk, ops, tuple(kv_caches), model.norm.weight)
-        return cls(lib, step, arr, states, tuple(c.data_ptr() for c in kv_caches), max_rows,
-                   all(windowed), keep)
+        # no reference to the caches: a step checks their pointers (caches freed and others
+        # allocated at the same addresses are the same memory; their shapes are checked per step)
+        keep = (qk, ops, model.norm.weight)
+        return cls(lib, step, arr, states, tuple(c.data_ptr() for c in kv_caches),
+                   kv_caches[0].dtype, max_rows, all(windowed), keep)
 
     def current(self, kv_caches: list[torch.Tensor]) -> bool:
         """Still valid: the same caches, every weight as recorded."""
-        return (len(kv_caches) == len(self.caches)
+        return (len(kv_caches) == len(self.caches) and kv_caches[0].dtype == self.cache_dtype
                 and all(c.data_ptr() == p for c, p in zip(kv_caches, self.caches, strict=True))
                 and all(_current(s) for s in self.states))
 
