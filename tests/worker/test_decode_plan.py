@@ -202,3 +202,29 @@ def test_many_sequences_with_x8_weights(tmp_path, monkeypatch):
         slow = run(model, cfg)
         gen.manual_seed(2)
         _assert_equal(fast, slow)
+
+
+def test_op_times(tmp_path):
+    make_hf_model("llama3-tied", str(tmp_path), seed=5)
+    model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu", quantization="q8_0")
+    _schedule(model, cfg)
+    plan = model.cpu_path._plan
+    with pytest.raises(RuntimeError, match="without profile"):
+        plan.op_times()
+    d = _schedule(model, cfg)
+    plan = model.cpu_path._plan
+    plan.profile()
+    import time
+
+    t0 = time.perf_counter()
+    d.decode_all(4)
+    wall = time.perf_counter() - t0
+    times = plan.op_times()
+    assert set(times) == {"input norm", "qkv", "rope/KV write", "attention", "o_proj",
+                          "post-attention norm", "gate_up", "SiLU*up", "down", "next norm"}
+    assert all(v > 0 for v in times.values()), times
+    assert sum(times.values()) < wall
+    plan.profile(False)
+    d.decode_all(1)
+    with pytest.raises(RuntimeError):
+        plan.op_times()

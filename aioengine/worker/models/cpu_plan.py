@@ -89,6 +89,7 @@ class DecodePlan:
         self.keep = keep
         self._scratch: dict[int, tuple[torch.Tensor, ...]] = {}
         self._where = ctypes.c_int64(-1)
+        self._op_ns: Any = None
 
     @classmethod
     def build(cls, model: Any, ops: CpuOps,
@@ -147,6 +148,17 @@ class DecodePlan:
         keep = (qk, ops, model.norm.weight)
         return cls(lib, step, arr, states, tuple(c.data_ptr() for c in kv_caches),
                    kv_caches[0].dtype, max_rows, all(windowed), keep)
+
+    def profile(self, on: bool = True) -> None:
+        """Time every op of the steps that follow (``op_times``); off: no clock reads."""
+        self._op_ns = (ctypes.c_int64 * len(cplan.OPS))() if on else None
+        self.step.op_ns = ctypes.addressof(self._op_ns) if on else None
+
+    def op_times(self) -> dict[str, float]:
+        """Seconds spent per op (summed over layers and steps) since ``profile``."""
+        if self._op_ns is None:
+            raise RuntimeError("op_times() without profile(): no op was timed")
+        return {name: ns / 1e9 for name, ns in zip(cplan.OPS, self._op_ns, strict=True)}
 
     def current(self, kv_caches: list[torch.Tensor]) -> bool:
         """Still valid: the same caches, every weight as recorded."""

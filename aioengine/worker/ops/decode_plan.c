@@ -18,8 +18,10 @@
  * Plain C11, no torch headers, no threads of its own.
  */
 
+#define _POSIX_C_SOURCE 199309L
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define PLAN_OK 0
 #define PLAN_BAD_SHAPE -101
@@ -85,7 +87,23 @@ typedef struct {
     const int64_t *rows, *block_tables, *context_lens, *window_starts;
     int64_t b, block_size, num_blocks, max_blocks;
     int32_t qthreads, fthreads; /* quantized kernels' and F32 GEMV's thread counts */
+    int64_t *op_ns; /* NULL, or [10]: nanoseconds spent per op (the `where` numbering) */
 } plan_step;
+
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* with op_ns: the time since *t0 goes to op_ns[op], *t0 moves to now */
+static inline void tick(const plan_step *p, int op, int64_t *t0) {
+    if (p->op_ns) {
+        int64_t t = now_ns();
+        p->op_ns[op] += t - *t0;
+        *t0 = t;
+    }
+}
 
 static int linear(const plan_step *p, const plan_linear *l, const float *x, float *y) {
     if (l->kind == 0)
@@ -103,12 +121,14 @@ int plan_run(const plan_step *p, int64_t *where) {
     const int64_t width = (hq + 2 * hkv) * d, inter = p->inter;
     *where = -1;
     if (t < 1 || p->nlayers < 1 || h < 1 || d < 1 || inter < 1) return PLAN_BAD_SHAPE;
+    int64_t t0 = p->op_ns ? now_ns() : 0;
     int rc = p->add_rms_norm(p->residual, h, NULL, h, p->layers[0].in_w, p->x, h, t, h, p->eps,
                              p->norm_offset, 0);
     if (rc) {
         *where = 0;
         return rc;
     }
+    tick(p, 0, &t0);
     for (int64_t i = 0; i < p->nlayers; i++) {
         const plan_layer *l = p->layers + i;
         const float *next_w = i + 1 < p->nlayers ? p->layers[i + 1].in_w : p->final_w;
@@ -119,31 +139,40 @@ int plan_run(const plan_step *p, int64_t *where) {
             goto fail;
         }
         if ((rc = linear(p, &l->qkv, p->x, p->qkv))) goto fail;
+        tick(p, op, &t0);
         op = 2;
         if ((rc = p->rope_store(p->qkv, width, t, hq, hkv, d, p->cos, p->sin, p->half, l->cache,
                                 p->slots_per_head, p->slots)))
             goto fail;
+        tick(p, op, &t0);
         op = 3;
         if ((rc = p->attention(p->qkv, width, p->rows, t, l->cache, p->block_tables,
                                p->context_lens, p->window_starts, p->attn, p->b, hq, hkv, d,
                                p->block_size, p->num_blocks, p->max_blocks, p->scale)))
             goto fail;
+        tick(p, op, &t0);
         op = 4;
         if ((rc = linear(p, &l->o, p->attn, p->y))) goto fail;
+        tick(p, op, &t0);
         op = 5;
         if ((rc = p->add_rms_norm(p->y, h, p->residual, h, l->post_w, p->x, h, t, h, p->eps,
                                   p->norm_offset, 1)))
             goto fail;
+        tick(p, op, &t0);
         op = 6;
         if ((rc = linear(p, &l->gate_up, p->x, p->gu))) goto fail;
+        tick(p, op, &t0);
         op = 7;
         if ((rc = p->silu_mul(p->gu, 2 * inter, p->act, inter, t, inter))) goto fail;
+        tick(p, op, &t0);
         op = 8;
         if ((rc = linear(p, &l->down, p->act, p->y))) goto fail;
+        tick(p, op, &t0);
         op = 9;
         if ((rc = p->add_rms_norm(p->y, h, p->residual, h, next_w, p->x, h, t, h, p->eps,
                                   p->norm_offset, 1)))
             goto fail;
+        tick(p, op, &t0);
         continue;
     fail:
         *where = i * 16 + op;

@@ -56,7 +56,7 @@ class PlanStep(ctypes.Structure):
         ("act", _P), ("cos", _P), ("sin", _P), ("slots", _P),
         ("rows", _P), ("block_tables", _P), ("context_lens", _P), ("window_starts", _P),
         ("b", _I), ("block_size", _I), ("num_blocks", _I), ("max_blocks", _I),
-        ("qthreads", _I32), ("fthreads", _I32),
+        ("qthreads", _I32), ("fthreads", _I32), ("op_ns", _P),
     ]
 
 
