@@ -228,3 +228,37 @@ def test_op_times(tmp_path):
     d.decode_all(1)
     with pytest.raises(RuntimeError):
         plan.op_times()
+
+
+def test_attention_by_head_ranges_equals_one_call():
+    """``paged_decode_attention_heads``: kv heads h0..h1-1 computed as the whole call computes
+    them; an empty or outside range is refused (nothing written)."""
+    import ctypes
+
+    kernel = load_decode_kernel()
+    gen = torch.Generator().manual_seed(3)
+    hq, hkv, d, bs, nb = 6, 3, 16, 4, 5
+    q = torch.randn(2, hq, d, generator=gen)
+    cache = torch.randn(2, hkv, nb, bs, d, generator=gen)
+    tables = torch.tensor([[3, 1, 4], [0, 2, 0]])
+    lens = torch.tensor([10, 7])
+    whole = kernel(q, cache, tables, lens, 0.25, torch.empty(2, hq, d))
+    bound = kernel.prepare(q, cache, tables, lens, 0.25, torch.empty(2, hq, d))
+    a = bound.args
+    fn = kernel.heads_fn
+    fn.restype = ctypes.c_int
+    i64, p = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = (p, i64, p, i64, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64,
+                   ctypes.c_float, i64, i64)
+    out = torch.zeros(2, hq, d)
+
+    def call(h0, h1):
+        return fn(q.data_ptr(), a[0], a[1], a[2], cache.data_ptr(), a[3], a[4], a[5],
+                  out.data_ptr(), *a[6:], h0, h1)
+
+    for h0, h1 in ((0, 0), (2, 1), (-1, 1), (2, 4)):
+        assert call(h0, h1) == -4  # bad head counts or sizes
+    assert torch.equal(out, torch.zeros_like(out))
+    for h in range(hkv):
+        assert call(h, h + 1) == 0
+    assert torch.equal(out, whole)

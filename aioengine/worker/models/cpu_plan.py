@@ -137,6 +137,7 @@ class DecodePlan:
         step.add_rms_norm = cplan.fn_address(ops.fn_add_rms_norm)
         step.rope_store = cplan.fn_address(ops.fn_rope_store_f16 if f16 else ops.fn_rope_store)
         step.silu_mul = cplan.fn_address(ops.fn_silu_mul)
+        step.pool_run = cplan.fn_address(qk._lib.qk_pool_run)
         step.layers = ctypes.addressof(arr)
         step.nlayers, step.hidden, step.hq, step.hkv, step.d = len(arr), hidden, hq, hkv, d
         step.inter = inter
@@ -205,6 +206,9 @@ class DecodePlan:
         x = torch.empty(t, s.hidden)
         cache = kv_caches[0]
         s.attention = cplan.fn_address(bound.fn)
+        s.attention_heads = cplan.fn_address(
+            dec.kernel.heads_fn16 if cache.dtype == torch.float16 else dec.kernel.heads_fn) \
+            if cplan.split_attention() else None
         s.t, s.half = t, cos.shape[1]
         s.slots_per_head = cache.shape[2] * cache.shape[3]
         s.residual, s.x, s.qkv, s.attn = h.data_ptr(), x.data_ptr(), qkv.data_ptr(), \

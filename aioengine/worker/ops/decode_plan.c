@@ -45,6 +45,15 @@ typedef int (*attn_fn)(const float *q, int64_t q_stride, const int64_t *rows, in
                        int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks,
                        int64_t max_blocks, float scale);
 
+typedef int (*attn_heads_fn)(const float *q, int64_t q_stride, const int64_t *rows,
+                             int64_t num_rows, const void *kv, const int64_t *block_tables,
+                             const int64_t *context_lens, const int64_t *window_starts,
+                             float *out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
+                             int64_t bs, int64_t num_blocks, int64_t max_blocks, float scale,
+                             int64_t h0, int64_t h1);
+typedef void (*job_fn)(void *arg, int chunk, int nchunks);
+typedef int (*pool_fn)(job_fn fn, void *arg, int nchunks, int nth);
+
 /* one linear: kind 0 quantized segments (qk_seg array, nseg), kind 1 float32 [n, k] rows */
 typedef struct {
     int32_t kind;
@@ -88,7 +97,48 @@ typedef struct {
     int64_t b, block_size, num_blocks, max_blocks;
     int32_t qthreads, fthreads; /* quantized kernels' and F32 GEMV's thread counts */
     int64_t *op_ns; /* NULL, or [10]: nanoseconds spent per op (the `where` numbering) */
+    /* NULL, or attention split by kv head over the quantized kernels' pool (qthreads > 1) */
+    pool_fn pool_run;
+    attn_heads_fn attention_heads;
 } plan_step;
+
+#define PLAN_MAX_SPLIT 64
+
+typedef struct {
+    const plan_step *p;
+    const void *cache;
+    int rc[PLAN_MAX_SPLIT];
+} heads_job;
+
+/* chunk c of the layer's attention: kv head c (and its query heads) */
+static void heads_chunk(void *arg, int c, int nchunks) {
+    (void)nchunks;
+    heads_job *j = arg;
+    const plan_step *p = j->p;
+    j->rc[c] = p->attention_heads(p->qkv, (p->hq + 2 * p->hkv) * p->d, p->rows, p->t, j->cache,
+                                  p->block_tables, p->context_lens, p->window_starts, p->attn,
+                                  p->b, p->hq, p->hkv, p->d, p->block_size, p->num_blocks,
+                                  p->max_blocks, p->scale, c, c + 1);
+}
+
+/* the layer's attention: one call, or its kv heads over the pool (each head's result is the
+ * one call's: heads are independent) */
+static int attention(const plan_step *p, const void *cache) {
+    const int64_t width = (p->hq + 2 * p->hkv) * p->d;
+    if (p->qthreads > 1 && p->pool_run && p->attention_heads && p->hkv > 1
+        && p->hkv <= PLAN_MAX_SPLIT) {
+        heads_job j;
+        j.p = p;
+        j.cache = cache;
+        for (int64_t c = 0; c < p->hkv; c++) j.rc[c] = 0;
+        int rc = p->pool_run(heads_chunk, &j, (int)p->hkv, p->qthreads);
+        for (int64_t c = 0; c < p->hkv && !rc; c++) rc = j.rc[c];
+        return rc;
+    }
+    return p->attention(p->qkv, width, p->rows, p->t, cache, p->block_tables, p->context_lens,
+                        p->window_starts, p->attn, p->b, p->hq, p->hkv, p->d, p->block_size,
+                        p->num_blocks, p->max_blocks, p->scale);
+}
 
 static inline int64_t now_ns(void) {
     struct timespec ts;
@@ -146,10 +196,7 @@ int plan_run(const plan_step *p, int64_t *where) {
             goto fail;
         tick(p, op, &t0);
         op = 3;
-        if ((rc = p->attention(p->qkv, width, p->rows, t, l->cache, p->block_tables,
-                               p->context_lens, p->window_starts, p->attn, p->b, hq, hkv, d,
-                               p->block_size, p->num_blocks, p->max_blocks, p->scale)))
-            goto fail;
+        if ((rc = attention(p, l->cache))) goto fail;
         tick(p, op, &t0);
         op = 4;
         if ((rc = linear(p, &l->o, p->attn, p->y))) goto fail;

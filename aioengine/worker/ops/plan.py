@@ -57,6 +57,7 @@ class PlanStep(ctypes.Structure):
         ("rows", _P), ("block_tables", _P), ("context_lens", _P), ("window_starts", _P),
         ("b", _I), ("block_size", _I), ("num_blocks", _I), ("max_blocks", _I),
         ("qthreads", _I32), ("fthreads", _I32), ("op_ns", _P),
+        ("pool_run", _P), ("attention_heads", _P),
     ]
 
 
@@ -85,8 +86,17 @@ def error_text(code: int, where: int) -> str:
     return f"decode plan rejected its inputs at layer {layer}, {name}: {what} (code {code})"
 
 
+SPLIT_ENV = "AIOENGINE_DECODE_PLAN_SPLIT"
+"""``0``: the plan runs each layer's attention as one call on the stepping thread instead of
+splitting its kv heads over the kernels' pool (A/B)."""
+
+
 def enabled() -> bool:
     return os.environ.get(DISABLE_ENV, "1") != "0"
+
+
+def split_attention() -> bool:
+    return os.environ.get(SPLIT_ENV, "1") != "0"
 
 
 def fn_address(fn: object) -> int:
@@ -132,5 +142,6 @@ def load_plan_lib(compiler_name: str | None = None) -> PlanLib:
     return _lib
 
 
-__all__ = ["DISABLE_ENV", "KIND_F32", "KIND_SEGS", "PlanError", "PlanLayer", "PlanLib",
-           "PlanLinear", "PlanStep", "enabled", "error_text", "fn_address", "load_plan_lib"]
+__all__ = ["DISABLE_ENV", "KIND_F32", "KIND_SEGS", "SPLIT_ENV", "PlanError", "PlanLayer",
+           "PlanLib", "PlanLinear", "PlanStep", "enabled", "error_text", "fn_address",
+           "load_plan_lib", "split_attention"]

@@ -1190,6 +1190,12 @@ static int pool_run(job_fn fn, void *arg, int nchunks, int nth) {
     return E_OK;
 }
 
+/* the pool for other compiled code (the decode plan splits attention heads over it) */
+int qk_pool_run(job_fn fn, void *arg, int nchunks, int nth) {
+    if (nth < 1 || nth > 256) return E_THREADS;
+    return pool_run(fn, arg, nchunks, nth);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* jobs */
 

@@ -52,6 +52,9 @@ class PagedDecodeKernel:
         self._lib = lib  # keeps the library mapped as long as the function is used
         self._fn = fn
         self._fn16 = fn16
+        # the same for a range of kv heads (the decode plan splits heads over threads)
+        self.heads_fn = lib.paged_decode_attention_heads
+        self.heads_fn16 = lib.paged_decode_attention_heads_f16
 
     def _fn_for(self, kv_cache: torch.Tensor) -> Any:
         return self._fn16 if kv_cache.dtype == torch.float16 else self._fn

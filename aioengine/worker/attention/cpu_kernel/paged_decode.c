@@ -253,7 +253,7 @@ static inline __attribute__((always_inline)) void run_batch(
         const int64_t *restrict context_lens, const int64_t *restrict window_starts,
         float *restrict out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
         int64_t num_blocks, int64_t max_blocks, float scale, float *restrict scratch,
-        int64_t max_ctx) {
+        int64_t max_ctx, int64_t h0, int64_t h1) {
     int64_t G = Hq / Hkv;
     float *qs = scratch;
     float *acc = qs + G * D; /* G * D floats (float16: all heads at once; float32: one) */
@@ -267,7 +267,7 @@ static inline __attribute__((always_inline)) void run_batch(
         const float *qrow = q + row * q_stride;
         float *orow = out + row * Hq * D;
         const int64_t *table = block_tables + b * max_blocks;
-        for (int64_t h = 0; h < Hkv; h++) {
+        for (int64_t h = h0; h < h1; h++) {
             const float *qh = qrow + h * G * D;
 #pragma omp simd
             for (int64_t i = 0; i < G * D; i++)
@@ -299,8 +299,10 @@ static inline __attribute__((always_inline)) int decode(
         const float *q, int64_t q_stride, const int64_t *rows, int64_t num_rows,
         const void *kv, int f16, const int64_t *block_tables, const int64_t *context_lens,
         const int64_t *window_starts, float *out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
-        int64_t bs, int64_t num_blocks, int64_t max_blocks, float scale) {
-    if (B < 0 || Hkv < 1 || Hq < Hkv || Hq % Hkv || D < 1 || bs < 1 || max_blocks < 0)
+        int64_t bs, int64_t num_blocks, int64_t max_blocks, float scale, int64_t h0,
+        int64_t h1) {
+    if (B < 0 || Hkv < 1 || Hq < Hkv || Hq % Hkv || D < 1 || bs < 1 || max_blocks < 0
+        || h0 < 0 || h1 > Hkv || h0 >= h1)
         return PD_BAD_SHAPE;
     if (!rows && B > num_rows)
         return PD_BAD_ROW;
@@ -327,7 +329,7 @@ static inline __attribute__((always_inline)) int decode(
     /* Common head dims get their own copy with D a constant (unrolled, no remainder loops). */
 #define PD_RUN(DIM) run_batch(q, q_stride, rows, kv, f16, block_tables, context_lens, \
                               window_starts, out, B, Hq, Hkv, DIM, bs, num_blocks, max_blocks, \
-                              scale, scratch, max_ctx)
+                              scale, scratch, max_ctx, h0, h1)
     switch (D) {
     case 32: PD_RUN(32); break;
     case 64: PD_RUN(64); break;
@@ -346,7 +348,7 @@ int paged_decode_attention(const float *q, int64_t q_stride, const int64_t *rows
                            int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks,
                            int64_t max_blocks, float scale) {
     return decode(q, q_stride, rows, num_rows, kv, 0, block_tables, context_lens,
-                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale);
+                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale, 0, Hkv);
 }
 
 /* The same over a float16 cache (IEEE binary16 bits, e.g. a torch.float16 tensor). */
@@ -357,5 +359,29 @@ int paged_decode_attention_f16(const float *q, int64_t q_stride, const int64_t *
                                int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
                                int64_t num_blocks, int64_t max_blocks, float scale) {
     return decode(q, q_stride, rows, num_rows, kv, 1, block_tables, context_lens,
-                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale);
+                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale, 0, Hkv);
+}
+
+/* The same for kv heads h0 .. h1 - 1 only (and their query heads): the decode plan splits a
+ * layer's heads over the quantized kernels' thread pool. Each head is computed exactly as in
+ * the whole call. */
+int paged_decode_attention_heads(const float *q, int64_t q_stride, const int64_t *rows,
+                                 int64_t num_rows, const float *kv, const int64_t *block_tables,
+                                 const int64_t *context_lens, const int64_t *window_starts,
+                                 float *out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
+                                 int64_t bs, int64_t num_blocks, int64_t max_blocks, float scale,
+                                 int64_t h0, int64_t h1) {
+    return decode(q, q_stride, rows, num_rows, kv, 0, block_tables, context_lens,
+                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale, h0, h1);
+}
+
+int paged_decode_attention_heads_f16(const float *q, int64_t q_stride, const int64_t *rows,
+                                     int64_t num_rows, const uint16_t *kv,
+                                     const int64_t *block_tables, const int64_t *context_lens,
+                                     const int64_t *window_starts, float *out, int64_t B,
+                                     int64_t Hq, int64_t Hkv, int64_t D, int64_t bs,
+                                     int64_t num_blocks, int64_t max_blocks, float scale,
+                                     int64_t h0, int64_t h1) {
+    return decode(q, q_stride, rows, num_rows, kv, 1, block_tables, context_lens,
+                  window_starts, out, B, Hq, Hkv, D, bs, num_blocks, max_blocks, scale, h0, h1);
 }
