@@ -1655,7 +1655,7 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
         const int po = t == T_Q4_1 ? 32 : 16;                                                \
         const int64_t gs = nb * gb; /* the second group */                                   \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
@@ -1669,7 +1669,30 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
             for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm256_setzero_si256();          \
             const int16_t *xb[4];                                                            \
             for (int i = 0; i < MR; i++) xb[i] = xq[i * n32 + b].q;                          \
-            if (t == T_Q8_0) {                                                               \
+            if (t == T_Q5_0) {                                                               \
+                const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
+                __m256i hb0 = _mm256_setzero_si256(), hb1 = _mm256_setzero_si256();          \
+                for (int c = 0; c < 5; c++) {                                                \
+                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
+                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
+                    hb0 = _mm256_or_si256(hb0, _mm256_slli_epi16(_mm256_srli_epi16(v0, 15), c)); \
+                    hb1 = _mm256_or_si256(hb1, _mm256_slli_epi16(_mm256_srli_epi16(v1, 15), c)); \
+                    for (int h = 0; h < 3; h++) {                                            \
+                        __m256i u0 = _mm256_and_si256(h ? _mm256_srli_epi16(v0, 5 * h) : v0, m5); \
+                        __m256i u1 = _mm256_and_si256(h ? _mm256_srli_epi16(v1, 5 * h) : v1, m5); \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            __m256i xp = bcast_pair(xb[i] + 6 * c + 2 * h);                  \
+                            s[i][0] = MADD_ACC(s[i][0], u0, xp);                             \
+                            s[i][1] = MADD_ACC(s[i][1], u1, xp);                             \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+                for (int i = 0; i < MR; i++) {                                               \
+                    __m256i xp = bcast_pair(xb[i] + 30);                                     \
+                    s[i][0] = MADD_ACC(s[i][0], hb0, xp);                                    \
+                    s[i][1] = MADD_ACC(s[i][1], hb1, xp);                                    \
+                }                                                                            \
+            } else if (t == T_Q8_0) {                                                        \
                 for (int c = 0; c < 8; c++) {                                                \
                     __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
                     __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
@@ -1707,8 +1730,8 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
             for (int i = 0; i < MR; i++) {                                                   \
                 __m256 xd = _mm256_set1_ps(xq[i * n32 + b].d);                               \
                 __m256i s0 = s[i][0], s1 = s[i][1];                                          \
-                if (t == T_Q4_0) {                                                           \
-                    __m256i o = _mm256_set1_epi32(8 * xi[i * n32 + b]);                      \
+                if (t == T_Q4_0 || t == T_Q5_0) {                                            \
+                    __m256i o = _mm256_set1_epi32((t == T_Q5_0 ? 16 : 8) * xi[i * n32 + b]); \
                     s0 = _mm256_sub_epi32(s0, o);                                            \
                     s1 = _mm256_sub_epi32(s1, o);                                            \
                 }                                                                            \
@@ -1796,9 +1819,7 @@ static void x8_matmul_job(void *a, int c, int nchunks) {
     int64_t g0, g1;
     x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
     const int64_t gsz = j->nb * x8_group_bytes(j->t);
-    /* the two-group tile has no Q5_0 unpacking yet: Q5_0 keeps the one-group kernel */
-    const int tile = j->t != T_Q5_0 &&
-                     j->m >= atomic_load_explicit(&x8_tile_min_m, memory_order_relaxed);
+    const int tile = j->m >= atomic_load_explicit(&x8_tile_min_m, memory_order_relaxed);
     const int64_t mc = x8_m_block(j->m, j->n32);
     float out[64];
     for (int64_t m0 = 0; m0 < j->m; m0 += mc) {
