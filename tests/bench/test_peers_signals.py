@@ -125,16 +125,17 @@ def test_the_bench_takes_its_servers_down(signum: int, aioengine_cache: str) -> 
 _PARENT = textwrap.dedent("""
     import sys, time
     from aioengine.bench.peers import procs
-    # a group of two: the leader shell and its own child
-    child = procs.popen(["sh", "-c", "sleep 300 & wait"])
-    print(child.pid, flush=True)
+    # a group of two: the leader shell (which takes a second to go on SIGTERM) and its child
     with procs.guarded():
+        child = procs.popen(["sh", "-c", "trap 'sleep 1; exit 0' TERM; sleep 300 & wait"])
+        print(child.pid, flush=True)
         time.sleep(300)
 """)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_launched_group_dies_with_its_parent(signum: int) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL, "twice"],
+                         ids=["sigterm", "sigkill", "sigterm-twice"])
+def test_a_launched_group_dies_with_its_parent(signum) -> None:
     parent = subprocess.Popen([sys.executable, "-c", _PARENT], cwd=ROOT, text=True,
                               stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert parent.stdout is not None
@@ -144,6 +145,10 @@ def test_a_launched_group_dies_with_its_parent(signum: int) -> None:
         while len([p for p, (_, g, _) in _proc_table().items() if g == pgid]) < 2:
             assert time.monotonic() < deadline, "the group did not start"
             time.sleep(0.05)
+        if signum == "twice":  # the second lands while the first unwinds: no effect
+            parent.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            signum = signal.SIGTERM
         parent.send_signal(signum)
         parent.wait(30)
         if signum == signal.SIGTERM:
