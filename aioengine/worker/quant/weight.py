@@ -49,6 +49,8 @@ QUANTIZATION_MODES = ("gguf", *QTYPES)
 SGEMM_MIN_ROWS = 16
 X8_ENV = "AIOENGINE_QUANT_X8"
 """``0`` in the environment: ``QuantPolicy.x8`` defaults to False (the peers bench's --no-x8)."""
+X8_PREFILL_ENV = "AIOENGINE_QUANT_X8_PREFILL"
+"""``0`` in the environment: ``QuantPolicy.x8_prefill`` defaults to False (A/B)."""
 _INT8_TYPES = ("q8_0", "q4_0", "q4_1")
 
 
@@ -64,6 +66,10 @@ class QuantPolicy:
     """Keep Q4_0/Q4_1/Q8_0 weights in the interleaved x8 layout (8 rows' blocks side by side,
     made on first use) when the activations are int16: the GEMV's fast path. False: the file's
     row layout (A/B comparisons); the default is False where ``AIOENGINE_QUANT_X8=0``."""
+    x8_prefill: bool = field(default_factory=lambda: os.environ.get(X8_PREFILL_ENV, "1") != "0")
+    """x8 weights compute every M (prefill too) with the x8 kernels; False: from
+    ``sgemm_min_rows`` rows on, a dequantized copy and torch's sgemm (A/B; the default is False
+    where ``AIOENGINE_QUANT_X8_PREFILL=0``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in QUANTIZATION_MODES:
@@ -169,6 +175,8 @@ class _Plan:
     segs: Any  # ctypes array of QkSeg
     nseg: int
     keep: tuple[torch.Tensor, ...]
+    any_m: bool = False
+    """Every segment is x8 on a SIMD path: the plan takes any M (prefill too)."""
 
 
 class QuantizedWeight:
@@ -240,7 +248,7 @@ class QuantizedWeight:
 
     def _layout(self, s: Segment, act: str) -> bool:
         """Put ``s`` in the layout the kernels take for activations ``act``; True: x8."""
-        want = self.policy.x8 and act == "int16" and s.qtype.name in X8_TYPES
+        want = self._x8_path(s, act)
         if not want and s.qtype.name in WIDENED:
             # Q5_0 rows have scalar kernels only: outside x8 they run as the Q8_0 blocks of the
             # same values (34 bytes for 22, the AVX2/AVX-512 row paths)
@@ -279,7 +287,18 @@ class QuantizedWeight:
             a.w, a.row_bytes = s.data.data_ptr(), 0 if s.x8 else s.data.shape[1]
             a.n, a.offset = s.n, s.offset
         # the tensors stay referenced by the plan: its pointers are theirs
-        self._plan = _Plan(self.policy, arr, len(segs), tuple(s.data for s in segs))
+        self._plan = _Plan(self.policy, arr, len(segs), tuple(s.data for s in segs),
+                           all(s.x8 for s in segs) and self._x8_any_m())
+
+    def _x8_any_m(self) -> bool:
+        """x8 segments take every M (prefill included) through the x8 kernels rather than a
+        dequantized copy and torch's sgemm: with int16 activations the two-group tile beat
+        dequantize + sgemm at M=512 by 1.2-2.3x on SmolLM2's shapes (AVX2 and VNNI, 1 thread,
+        scripts/bench_quant_prefill.py); not on the scalar path."""
+        return self.policy.x8_prefill and self.kernel.best_level >= 1
+
+    def _x8_path(self, s: Segment, act: str) -> bool:
+        return self.policy.x8 and act == "int16" and s.qtype.name in X8_TYPES
 
     def _activations(self, s: Segment) -> str:
         act = self.policy.activations
@@ -313,7 +332,8 @@ class QuantizedWeight:
         if plan is not None and plan.policy is self.policy and x.dtype is torch.float32 \
                 and x.dim() == 2 and x.is_cpu and x.is_contiguous():
             m, k = x.shape
-            if k == self.in_features and 0 < m < plan.policy.sgemm_min_rows:
+            if k == self.in_features and m > 0 and (m < plan.policy.sgemm_min_rows
+                                                    or plan.any_m):
                 n = self.out_features
                 out = torch.empty(m, n)
                 code = self.kernel.raw_matmul_segs(plan.segs, plan.nseg, x.data_ptr(), k, m, k,
@@ -337,12 +357,15 @@ class QuantizedWeight:
         segs = self.segments
         threads = torch.get_num_threads()
         out = torch.empty(m, self.out_features, dtype=torch.float32, device=x.device)
+        laid_out = True  # every quantized segment laid out for this policy (the plan's premise)
         for s in segs:
             dst = out[:, s.offset:s.offset + s.n] if len(segs) > 1 else out
             if s.qtype is None:
                 torch.mm(x2, s.data.t(), out=dst) if len(segs) == 1 else dst.copy_(
                     F.linear(x2, s.data))
-            elif m >= self.policy.sgemm_min_rows:
+            elif m >= self.policy.sgemm_min_rows and not (
+                    self._x8_any_m() and self._x8_path(s, self._activations(s))):
+                laid_out = False
                 w = self._dequantize(s, None, threads)
                 if len(segs) == 1:
                     torch.mm(x2, w.t(), out=dst)
@@ -367,8 +390,7 @@ class QuantizedWeight:
                     raise QuantKernelError(f"qk_matmul rejected its inputs: "
                                            f"{error_text(code)} ({s.qtype.name}, M={m}, "
                                            f"N={s.n}, K={self.in_features})")
-        if m < self.policy.sgemm_min_rows and (self._plan is None
-                                               or self._plan.policy is not self.policy):
+        if laid_out and (self._plan is None or self._plan.policy is not self.policy):
             self._make_plan()  # every segment is now laid out for this policy
         return out.reshape(*lead, self.out_features)
 
