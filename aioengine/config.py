@@ -23,7 +23,7 @@ LoadFormat = Literal["auto", "safetensors", "gguf", "dummy"]
 DetokenizeIn = Literal["host", "engine", "process"]
 CpuDecodeAttention = Literal["auto", "kernel", "sdpa"]
 KvCacheDtype = Literal["auto", "model", "float32", "float16"]
-Quantization = Literal["gguf", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"]
+Quantization = Literal["gguf", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
 QuantActivations = Literal["float32", "int16", "int8"]
 ReplicaFailure = Literal["fail", "degrade"]
 DistributedBackend = Literal["local", "ray"]
@@ -124,7 +124,7 @@ class EngineConfig:
     quantization: Quantization | None = None
     """Keep linear weights (and the LM head) quantized in memory, computed by our C kernels on
     CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
-    ``q4_0``, ``q4_1``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
+    ``q4_0``, ``q4_1``, ``q5_0``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
     already of that type are kept). None: float weights (GGUF files dequantized at load)."""
     quant_activations: QuantActivations = "int16"
     """With ``quantization``, how activations meet the quantized weights on CPU: ``float32``

@@ -83,3 +83,15 @@ def _no_leaks_per_module(request: pytest.FixtureRequest):
 @pytest.fixture(autouse=True)
 def _no_leaks(request: pytest.FixtureRequest):
     yield from _guard(request, request.node.nodeid)
+
+
+@pytest.fixture(autouse=True)
+def _kernel_threads_follow_torch():
+    """A ``ModelRunner`` built in this process sets the kernels' measured thread count for the
+    process; the next test's ``torch.set_num_threads`` must rule again."""
+    yield
+    import sys
+
+    threads = sys.modules.get("aioengine.worker.threads")
+    if threads is not None:
+        threads.set_kernel_threads(None)

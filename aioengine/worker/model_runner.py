@@ -15,6 +15,7 @@ Use::
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 
@@ -31,7 +32,12 @@ from aioengine.worker.loader import load_model
 from aioengine.worker.memory import HeapTrimmer
 from aioengine.worker.sampler import Sampler
 from aioengine.worker.sampler_state import SequenceState
-from aioengine.worker.threads import apply_thread_policy, usable_cpus
+from aioengine.worker.threads import (
+    apply_thread_policy,
+    cached_fastest_count,
+    set_kernel_threads,
+    usable_cpus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +72,9 @@ class ModelRunner:
         self.uses_gemv_kernel = gemv.configure(self.device, self.dtype, self.threads)
         if self.uses_gemv_kernel:  # decode streams the weights: huge pages read ~1.6x faster
             gemv.huge_page_weights(self.model)
-        largest = self._largest_weight()
-        if self.uses_gemv_kernel and config.num_threads is None and largest is not None:
-            # torch keeps one CPU free (its OpenMP pool spins when oversubscribed); the GEMV
-            # pool (dynamic chunks, short spins, yields) may use every CPU of the rank: how
-            # many helps is measured here, per machine and model (docs/benchmarks.md)
-            gemv.set_threads(gemv.calibrate_threads(largest,
-                                                    max(1, usable_cpus() // world_size)))
+        set_kernel_threads(None)  # torch's count, unless measured below
+        if config.num_threads is None and self.device.type == "cpu":
+            self._pick_kernel_threads(resolved.model_path)
         self.decode_kernel = select_decode_kernel(config.cpu_decode_attention, self.device,
                                                   self.dtype)
         self.kv_dtype = kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.device,
@@ -86,6 +88,45 @@ class ModelRunner:
         self.memory_profile: MemoryProfile | None = None
         # CPU: hand a prefill's freed temporaries back to the system (see worker.memory)
         self.heap_trimmer = HeapTrimmer() if self.device.type == "cpu" else None
+
+    def _pick_kernel_threads(self, model_path: str) -> None:
+        """torch keeps one CPU free (its OpenMP pool spins when oversubscribed); the compiled
+        kernels' pool (dynamic chunks, short spins, yields) may use every CPU of the rank: how
+        many helps decode is measured here, once per machine and model (cached; docs/
+        benchmarks.md): every quantized weight's batch-1 linear in a row (a decode step's
+        reads), or the largest float32 matrix through the GEMV where none is quantized."""
+        quantized = [q for m in self.model.modules()
+                     for q in (getattr(m, "qweight", None), getattr(m, "qhead", None))
+                     if q is not None]
+        largest = self._largest_weight()
+        if not quantized and not (self.uses_gemv_kernel and largest is not None):
+            return
+        budget = max(1, usable_cpus() // self.world_size)
+        if quantized:
+            xs: list[torch.Tensor] = []  # made when measured (not on a warm start)
+
+            def run(n: int) -> None:
+                xs[:] = xs or [torch.randn(1, q.in_features) for q in quantized]
+                set_kernel_threads(n)
+                for q, x in zip(quantized, xs, strict=True):
+                    q.forward(x)
+
+            kernel_path = quantized[0].kernel.path
+            layout = repr(quantized[0].policy)
+        else:
+            def run(n: int) -> None:
+                gemv.set_threads(n)
+                gemv.linear(torch.ones(1, largest.shape[1]), largest)
+
+            kernel_path, layout = gemv.kernel_path(), "float32"
+        st = os.stat(model_path)
+        key = {"model": os.path.realpath(model_path), "size": st.st_size,
+               "mtime_ns": st.st_mtime_ns, "quantization": self.config.quantization,
+               "layout": layout, "kernel": kernel_path, "rank": self.rank,
+               "world_size": self.world_size}
+        n, _ = cached_fastest_count(key, budget, run)
+        set_kernel_threads(n)
+        gemv.set_threads(n)  # the same pool: a quantized model's float matrices too
 
     def _largest_weight(self) -> torch.Tensor | None:
         """The largest float matrix (None when every one is kept quantized)."""

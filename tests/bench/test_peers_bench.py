@@ -49,6 +49,19 @@ def test_full_mode_without_llama_cpp_fails_saying_how_to_get_one(tmp_path: Path)
     assert "suite peers failed" in proc.stderr and "pass --llama-cpp DIR" in proc.stderr
 
 
+def test_our_side_alone_needs_no_llama_cpp_unless_one_is_named(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path / "empty"))
+    src = _gguf(tmp_path / "m.gguf", 3)
+    # no build anywhere: fine for our side, until a file of another type is to be made
+    with pytest.raises(peers.NoLlamaCpp, match="making the q8_0 file needs llama-quantize"):
+        peers.run(BenchOptions(model=src, only=("aioengine",), quants=("q8_0",)))
+    with pytest.raises(peers.NoLlamaCpp, match=f"--llama-cpp {tmp_path}: no executable"):
+        peers.run(BenchOptions(model=src, only=("aioengine",), llama_cpp=str(tmp_path)))
+    with pytest.raises(peers.NoLlamaCpp, match=r"no llama\.cpp build at"):
+        peers.run(BenchOptions(model=src, only=("serve",)))
+
+
 def test_an_unknown_quant_type_is_refused_before_anything_runs(tmp_path: Path) -> None:
     proc = _bench(["--quants", "f32,q9_9"], tmp_path)
     assert proc.returncode == 2
@@ -161,13 +174,16 @@ def test_our_child_reports_the_default_threads_and_the_x8_switch() -> None:
     off = ours_child({**spec, "threads": 2}, {**os.environ, X8_ENV: "0"})
     assert on["x8_fraction"] > 0.3 and off["x8_fraction"] == 0
     assert on["float_fraction"] == pytest.approx(off["float_fraction"], abs=1e-3)
-    # the default is what ModelRunner picks with num_threads unset (the quantized kernels
-    # split rows over torch's threads)
+    # the default is what ModelRunner picks with num_threads unset: the quantized kernels run
+    # on the measured count (torch keeps its CPUs-1); an explicit count is every pool's
     from aioengine.config import EngineConfig
-    from aioengine.worker.threads import threads_per_rank
+    from aioengine.worker.threads import threads_per_rank, usable_cpus
 
-    assert on["threads"] == on["torch_threads"] == threads_per_rank(EngineConfig(model="tiny"), 1)
-    assert off["threads"] == 2 and on["decode_tok_s"] > 0 and "prefill_tok_s" not in on
+    assert on["threads"] == on["kernel_threads"] == on["gemv_threads"]
+    assert 1 <= on["threads"] <= usable_cpus()
+    assert on["torch_threads"] == threads_per_rank(EngineConfig(model="tiny"), 1)
+    assert off["threads"] == off["torch_threads"] == off["kernel_threads"] == 2
+    assert on["decode_tok_s"] > 0 and "prefill_tok_s" not in on
 
 
 def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:
@@ -199,6 +215,42 @@ def test_serving_stages_against_our_own_server(tmp_path: Path) -> None:
     assert values["serve_pss_max_mb"] >= values["serve_pss_mb"]
     with pytest.raises(OSError):  # the server is gone
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def _thp_mode() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "none"
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else "none"
+
+
+def test_read_bandwidth_of_each_kind_of_pages() -> None:
+    from aioengine.bench.peers import child
+
+    gbs_4k, huge_4k = child.read_bandwidth(8, 1, "4k", reps=2)
+    assert gbs_4k > 0.1 and huge_4k == 0
+    gbs_huge, huge = child.read_bandwidth(8, 2, "huge", reps=2)
+    assert gbs_huge > 0.1
+    if _thp_mode() in ("always", "madvise"):  # the kernel grants them on advice
+        assert huge > 0.9
+    with pytest.raises(ValueError, match="pages must be one of huge, 4k, got '1g'"):
+        child.page_buffer(1 << 20, "1g")
+    import torch
+
+    small = torch.ones(16)  # malloc's heap, far below a huge page
+    assert 0 <= child.huge_page_fraction([small]) <= 1
+    assert child.huge_page_fraction([]) == 0
+
+
+def test_our_full_child_reads_both_kinds_at_its_thread_count() -> None:
+    spec = {"model": "tiny", "decode_tokens": 4, "prefill_len": 16, "quantization": "q8_0",
+            "threads": 1}
+    got = ours_child(spec)
+    assert got["threads"] == 1 and got["prefill_tok_s"] > 0
+    for pages in ("huge", "4k"):
+        assert got[f"read_gbytes_per_s_{pages}"] > 0.1
+    assert got["read_huge_fraction_4k"] == 0 and 0 <= got["weights_huge_fraction"] <= 1
 
 
 SHARING = """
@@ -240,6 +292,11 @@ def test_decode_read_bytes_counts_quantized_weights() -> None:
     # Q8_0 holds 34 bytes per 32 weights; rows that are not whole blocks stay float32
     assert 0.2 * peers.decode_read_bytes(fp32) < peers.decode_read_bytes(q8) \
         < 0.5 * peers.decode_read_bytes(fp32)
+    from aioengine.bench.peers.child import decode_tensors
+
+    for model in (fp32, q8):  # the tensors whose pages are looked at: those read, and the table
+        assert sum(t.numel() * t.element_size() for t in decode_tensors(model)) == \
+            peers.decode_read_bytes(model) + embed.numel() * embed.element_size()
 
 
 def _run_json(rows: list[tuple[str, str, float, str]], config: dict) -> dict:

@@ -26,9 +26,12 @@ type, e.g. ``q4_1.decode_tok_s_t1``), A/B alternated per round:
   machine and model) and the decode at that default; llama.cpp's row is its figure at the same
   count;
 - ``prefill512_tok_s_t{1,2}``: one 512-token prompt (llama-bench ``-p 512 -n 0``);
-- ``read_gbytes_per_s`` (``machine``): the measured read bandwidth (``child.read_bandwidth``);
+- ``read_gbytes_per_s_{huge,4k}_t{T}`` (``machine``): the read bandwidth at T threads of 2 MiB
+  transparent huge pages and of 4 KiB pages (``child.read_bandwidth``: one GEMV pass over 256
+  MiB), measured in each of our decode children right after its decode;
+  ``weights_huge_fraction``: the share of our decode weights' bytes on huge pages (smaps);
   ``decode_bw_fraction_t{T}``: weight bytes read per second at batch-1 decode over the
-  bandwidth measured in the same child right after;
+  bandwidth of the pages the weights are on (huge where at least half are), at T threads;
 - ``x8_fraction``, ``float_fraction``: of our quantized weights' bytes, the share in the x8
   layout and the share run as float rows (a tensor type without a kernel of ours);
 - serving (full mode; ``serving``): both servers up, the same requests through the same HTTP
@@ -50,7 +53,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from aioengine.bench.options import BenchOptions
-from aioengine.bench.peers.child import X8_ENV, decode_read_bytes, ours_child, read_bandwidth
+from aioengine.bench.peers import procs
+from aioengine.bench.peers.child import (
+    PAGES,
+    X8_ENV,
+    decode_read_bytes,
+    ours_child,
+    read_bandwidth,
+)
 from aioengine.bench.peers.llama_cpp import (
     FLOAT_TYPES,
     NoLlamaCpp,
@@ -107,6 +117,13 @@ def source_file(model: str) -> str:
 
 
 def run(options: BenchOptions) -> list[Result]:
+    """Every row; SIGTERM (``timeout``, ``kill``) or Ctrl-C stops the servers and children it
+    started and waits for them (``procs.guarded``), and they die with a killed bench."""
+    with procs.guarded():
+        return _run(options)
+
+
+def _run(options: BenchOptions) -> list[Result]:
     sizes = QUICK if options.quick else FULL
     if options.threads is not None:
         sizes = replace(sizes, threads=(options.threads,))
@@ -114,7 +131,13 @@ def run(options: BenchOptions) -> list[Result]:
         sizes = replace(sizes, rates=(options.rate,))
     quants = parse_quants(options.quants)
     try:
-        bindir = llama_cpp_dir(options.llama_cpp, options.build_llama_cpp)
+        try:
+            bindir: Path | None = llama_cpp_dir(options.llama_cpp, options.build_llama_cpp)
+        except NoLlamaCpp:
+            if options.llama_cpp is not None or BASELINE in _picked(options.only,
+                                                                    (BASELINE, OURS)):
+                raise
+            bindir = None  # ``--only aioengine``: llama.cpp only to make files of other types
         files = model_files(source_file(options.model), quants, bindir)
     except (NoLlamaCpp, ValueError) as e:
         if options.quick:
@@ -133,7 +156,7 @@ def _picked(only: tuple[str, ...], among: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in among if n in only) or among
 
 
-def file_rows(quant: str, path: str, bindir: Path, sizes: Sizes, options: BenchOptions,
+def file_rows(quant: str, path: str, bindir: Path | None, sizes: Sizes, options: BenchOptions,
               env: dict[str, str]) -> list[Result]:
     """Every row of one file; metrics start with its type (``q4_1.decode_tok_s_t1``)."""
     sides = _picked(options.only, (BASELINE, OURS))
@@ -163,9 +186,15 @@ def file_rows(quant: str, path: str, bindir: Path, sizes: Sizes, options: BenchO
                     add(BASELINE, f"prefill{sizes.prefill_len}_tok_s_t{t}", pre)
                 if OURS in sides:
                     got = ours_child({**spec, "threads": t}, env)
-                    add("machine", "read_gbytes_per_s", got["read_gbytes_per_s"], "GB/s")
+                    for pages in PAGES:
+                        add("machine", f"read_gbytes_per_s_{pages}_t{t}",
+                            got[f"read_gbytes_per_s_{pages}"], "GB/s")
+                    # over the bandwidth of the pages the weights are on, at the same count
+                    on = "huge" if got["weights_huge_fraction"] >= 0.5 else "4k"
+                    add(OURS, "weights_huge_fraction", got["weights_huge_fraction"], "fraction")
                     add(OURS, f"decode_bw_fraction_t{t}", got["decode_tok_s"]
-                        * got["weight_bytes"] / 1e9 / got["read_gbytes_per_s"], "fraction")
+                        * got["weight_bytes"] / 1e9 / got[f"read_gbytes_per_s_{on}"],
+                        "fraction")
                     add(OURS, f"decode_tok_s_t{t}", got["decode_tok_s"])
                     add(OURS, f"prefill{sizes.prefill_len}_tok_s_t{t}", got["prefill_tok_s"])
             if OURS in sides:
@@ -188,7 +217,7 @@ def file_rows(quant: str, path: str, bindir: Path, sizes: Sizes, options: BenchO
     return rows
 
 
-def serve_rows(quant: str, path: str, bindir: Path, sizes: Sizes, quantization: str | None,
+def serve_rows(quant: str, path: str, bindir: Path | None, sizes: Sizes, quantization: str | None,
                sides: tuple[str, ...], env: dict[str, str], progress: bool) -> list[Result]:
     from aioengine.bench.workload import TokenSpace, synthetic
 

@@ -5,9 +5,7 @@ process."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -21,8 +19,10 @@ the same name as ``aioengine.worker.quant.weight.X8_ENV`` (not imported: it pull
 
 def ours_child(spec: dict, env: dict[str, str] | None = None) -> dict:
     """Run ``measure(spec)`` in a fresh interpreter and return what it printed."""
-    proc = subprocess.run([sys.executable, "-m", "aioengine.bench.peers", json.dumps(spec)],
-                          capture_output=True, text=True, timeout=CHILD_TIMEOUT, env=env)
+    from aioengine.bench.peers import procs
+
+    proc = procs.run([sys.executable, "-m", "aioengine.bench.peers", json.dumps(spec)],
+                     timeout=CHILD_TIMEOUT, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"peers bench child failed (exit {proc.returncode}):\n"
@@ -30,30 +30,81 @@ def ours_child(spec: dict, env: dict[str, str] | None = None) -> dict:
     return json.loads(lines[-1][len(MARK):])
 
 
-def read_bandwidth(mib: int = 512, reps: int = 5) -> float:
-    """GB/s of one streaming pass over ``mib`` MiB of float32, the best over 1..CPUs threads.
-    The pass is the float32 GEMV kernel's (a dot product per 16 KiB row: two flops per 4 bytes,
-    far below what the cores can do, so it runs at the read limit: 24 GB/s on one thread here
-    where a plain vector sum loop reached 25). torch's ``sum`` is not a bandwidth test: it
-    reached half of that."""
+PAGES = ("huge", "4k")
+"""Kinds of memory ``read_bandwidth`` reads: 2 MiB transparent huge pages (``MADV_HUGEPAGE``,
+where our weights live: the F32 arena, malloc with ``glibc.malloc.hugetlb=1``) and 4 KiB pages
+(``MADV_NOHUGEPAGE``). One thread reads them at ~33-35 vs 18-21 GB/s on the 2-core EPYC: the
+prefetcher stops at every 4 KiB page."""
+HUGE_PAGE = 2 << 20
+
+
+def page_buffer(nbytes: int, pages: str) -> Any:
+    """A float32 tensor of ``nbytes`` filled with ones on an anonymous mapping of that kind of
+    pages (2 MiB aligned); ValueError for another kind."""
+    import mmap
+
+    import torch
+
+    if pages not in PAGES:
+        raise ValueError(f"pages must be one of {', '.join(PAGES)}, got {pages!r}")
+    mm = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    mm.madvise(mmap.MADV_HUGEPAGE if pages == "huge" else mmap.MADV_NOHUGEPAGE)
+    raw = torch.frombuffer(mm, dtype=torch.uint8)  # keeps the mapping alive with its views
+    off = (-raw.data_ptr()) % HUGE_PAGE
+    buf = raw[off:off + nbytes].view(torch.float32)
+    buf.fill_(1.0)  # the pages are faulted in here, as what was advised
+    return buf
+
+
+def huge_page_fraction(tensors: list[Any]) -> float:
+    """Of these tensors' bytes, the share on transparent huge pages: each tensor counts with
+    the ``AnonHugePages / Rss`` of the mapping holding it (``/proc/self/smaps``; 0 off Linux)."""
+    try:
+        with open("/proc/self/smaps") as f:
+            text = f.read()
+    except OSError:
+        return 0.0
+    maps: list[tuple[int, int, dict[str, int]]] = []
+    for line in text.splitlines():
+        head = line.split(maxsplit=1)[0] if line else ""
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(v, 16) for v in head.split("-"))
+            maps.append((lo, hi, {}))
+        elif maps and head in ("Rss:", "AnonHugePages:"):
+            maps[-1][2][head] = int(line.split()[1])
+    total = huge = 0.0
+    for t in tensors:
+        ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
+        for lo, hi, kb in maps:
+            if lo <= ptr < hi:
+                total += nbytes
+                huge += nbytes * min(1.0, kb.get("AnonHugePages:", 0) / max(1, kb.get("Rss:", 0)))
+                break
+    return huge / total if total else 0.0
+
+
+def read_bandwidth(mib: int = 256, threads: int = 1, pages: str = "huge",
+                   reps: int = 5) -> tuple[float, float]:
+    """(GB/s of one streaming pass over ``mib`` MiB of float32 on ``pages`` at ``threads``,
+    median of ``reps``; the share of the buffer the kernel did put on huge pages). The pass is
+    the float32 GEMV kernel's (a dot product per 16 KiB row: two flops per 4 bytes, far below
+    what the cores can do, so it runs at the read limit). torch's ``sum`` is not a bandwidth
+    test: it reached half of that."""
     import torch
 
     from aioengine.worker import gemv
 
     kernel = gemv.GemvKernel(str(gemv.ensure_built()))
     k = 4096
-    w = torch.ones(mib * 1024 * 1024 // 4 // k, k)
+    w = page_buffer(mib * 1024 * 1024, pages).view(-1, k)
     x = torch.ones(1, k)
-    best = 0.0
-    for threads in range(1, (os.cpu_count() or 1) + 1):
+    kernel(x, w, threads=threads)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
         kernel(x, w, threads=threads)
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            kernel(x, w, threads=threads)
-            times.append(time.perf_counter() - t0)
-        best = max(best, w.numel() * 4 / statistics.median(times) / 1e9)
-    return best
+        times.append(time.perf_counter() - t0)
+    return w.numel() * 4 / statistics.median(times) / 1e9, huge_page_fraction([w])
 
 
 def measure(spec: dict) -> dict:
@@ -85,8 +136,11 @@ def measure(spec: dict) -> dict:
     if not spec.get("decode_only"):
         pre = torch.randint(0, vocab, (1, spec["prefill_len"]), generator=g).tolist()
         got["prefill_tok_s"] = ours.prefill_tokens_per_s(pre, 2)
-        got["read_gbytes_per_s"] = read_bandwidth(256)
+        for pages in PAGES:  # at the decode's thread count, right after it
+            gbs, huge = read_bandwidth(256, got["threads"], pages)
+            got[f"read_gbytes_per_s_{pages}"], got[f"read_huge_fraction_{pages}"] = gbs, huge
     got["weight_bytes"] = decode_read_bytes(runner.model)
+    got["weights_huge_fraction"] = huge_page_fraction(decode_tensors(runner.model))
     return got
 
 
@@ -101,18 +155,20 @@ def _quantized_weights(model: Any) -> list[Any]:
 
 
 def linear_threads(runner: Any) -> dict[str, int]:
-    """The threads the engine's linears run on: the quantized kernels split rows over torch's
-    thread count (``QuantizedWeight.forward``), float32 decode linears over the GEMV pool's
-    (calibrated at load when ``num_threads`` is unset)."""
+    """The threads the engine's decode linears run on: the compiled kernels' count for
+    quantized weights, the GEMV pool's for float32 ones (both picked by measurement at load
+    when ``num_threads`` is unset, ``worker.threads.cached_fastest_count``), else torch's."""
     import torch
 
     from aioengine.worker import gemv
+    from aioengine.worker.threads import kernel_threads
 
-    quantized = bool(_quantized_weights(runner.model))
-    threads = torch.get_num_threads() if quantized or not runner.uses_gemv_kernel \
-        else gemv.threads()
+    if _quantized_weights(runner.model):
+        threads = kernel_threads()
+    else:
+        threads = gemv.threads() if runner.uses_gemv_kernel else torch.get_num_threads()
     return {"threads": threads, "torch_threads": torch.get_num_threads(),
-            "gemv_threads": gemv.threads()}
+            "gemv_threads": gemv.threads(), "kernel_threads": kernel_threads()}
 
 
 def weight_layout(model: Any) -> dict[str, float]:
@@ -126,6 +182,13 @@ def weight_layout(model: Any) -> dict[str, float]:
             flt += s.data.nbytes if s.qtype is None else 0
     return {"x8_fraction": x8 / total if total else 0.0,
             "float_fraction": flt / total if total else 0.0}
+
+
+def decode_tensors(model: Any) -> list[Any]:
+    """The weight tensors a batch-1 decode step reads (``decode_read_bytes``' set; the float
+    input embedding table too, which is looked up)."""
+    out = [p for module in model.modules() for p in module.parameters(recurse=False)]
+    return out + [s.data for w in _quantized_weights(model) for s in w.segments]
 
 
 def decode_read_bytes(model: Any) -> int:

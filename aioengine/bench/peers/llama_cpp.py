@@ -8,14 +8,16 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from aioengine.bench.peers import procs
+
 SDIST = "llama-cpp-python==0.3.36"
 TOOLS = ("llama-bench", "llama-server", "llama-quantize")
 CHILD_TIMEOUT = 900.0
+BUILD_TIMEOUT = 3600.0  # two cores took ~10 minutes
 
 QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q4_k_s", "q6_k")
 """Types ``--quants`` may ask for: llama-quantize's names, lower case (our engine reads every
@@ -75,26 +77,35 @@ def build_llama_cpp(log=sys.stderr) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         print(f"peers: downloading the {SDIST} sdist ...", file=log, flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                        ":all:", SDIST, "-d", tmp], check=True, capture_output=True)
+        _build_step("pip download", [sys.executable, "-m", "pip", "download", "--no-deps",
+                                     "--no-binary", ":all:", SDIST, "-d", tmp], 600)
         sdist = next(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
-        subprocess.run(["tar", "xzf", str(sdist), "-C", tmp], check=True)
+        _build_step("tar", ["tar", "xzf", str(sdist), "-C", tmp], 300)
         src = next(Path(tmp).glob("llama_cpp_python-*/vendor/llama.cpp"))
         build = root / "build"
         shutil.rmtree(build, ignore_errors=True)  # its CMake cache names an older source tree
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
         print(f"peers: building llama.cpp into {build} (minutes) ...", file=log, flush=True)
-        subprocess.run(["cmake", "-S", str(src), "-B", str(build), *gen, "-DGGML_NATIVE=ON",
-                        "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release",
-                        "-DLLAMA_BUILD_TESTS=OFF"], check=True, capture_output=True)
-        subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 1),
-                        "--target", *TOOLS], check=True, capture_output=True)
+        _build_step("cmake", ["cmake", "-S", str(src), "-B", str(build), *gen,
+                              "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DCMAKE_BUILD_TYPE=Release",
+                              "-DLLAMA_BUILD_TESTS=OFF"], 600)
+        _build_step("cmake --build", ["cmake", "--build", str(build), "-j",
+                                      str(os.cpu_count() or 1), "--target", *TOOLS], BUILD_TIMEOUT)
         # shared libraries sit next to the binaries in build/bin; link bin -> build/bin
         link = root / "bin"
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(build / "bin")
     return find_llama_cpp(None, TOOLS)
+
+
+def _build_step(what: str, cmd: list[str], timeout: float) -> None:
+    """One step of the build in its own process group (stopped with the bench); a failure
+    names the step and shows the end of its output."""
+    proc = procs.run(cmd, timeout=timeout)
+    if proc.returncode != 0:
+        raise NoLlamaCpp(f"--build-llama-cpp: {what} failed ({proc.returncode}):\n"
+                         f"{(proc.stdout + proc.stderr)[-3000:]}")
 
 
 # ---- llama-bench -------------------------------------------------------------------------------
@@ -104,7 +115,7 @@ def llama_bench(bindir: Path, model: str, threads: int, decode_tokens: int,
     """(decode tok/s, prefill tok/s) from one llama-bench run (3 repetitions each)."""
     cmd = [str(bindir / "llama-bench"), "-m", model, "-t", str(threads), "-r", "3",
            "-p", f"0,{prefill_len}", "-n", f"{decode_tokens},0", "-o", "json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    proc = procs.run(cmd, timeout=CHILD_TIMEOUT)
     if proc.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return parse_llama_bench(proc.stdout)
@@ -223,7 +234,7 @@ def model_files(source: str, quants: tuple[str, ...], bindir: Path | None,
             cmd = [str(bindir / "llama-quantize"),
                    *(["--allow-requantize"] if have not in FLOAT_TYPES else []),
                    source, str(partial), quant.upper(), str(os.cpu_count() or 1)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+            proc = procs.run(cmd, timeout=CHILD_TIMEOUT)
             if proc.returncode != 0:
                 partial.unlink(missing_ok=True)
                 raise RuntimeError(f"llama-quantize to {quant.upper()} failed "

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aioengine.bench.latency import RequestRecord, percentile
+from aioengine.bench.peers import procs
 from aioengine.bench.workload import Workload
 
 BASELINE = "llama.cpp"
@@ -93,11 +93,13 @@ def tree_pss_mb(pid: int) -> float | None:
     return sum(_kb(f"/proc/{p}/smaps_rollup", "Pss") or 0 for p in tree_pids(pid)) / 1024
 
 
-def server_command(kind: str, bindir: Path, model: str, port: int, threads: int,
+def server_command(kind: str, bindir: Path | None, model: str, port: int, threads: int,
                    streams: int, ctx: int, quantization: str | None = None) -> list[str]:
     """llama-server at ``threads`` with ``streams`` slots of ``ctx`` tokens, or our server with
     the engine's own thread policy (what a user gets) and ``streams`` sequences at most."""
     if kind == BASELINE:
+        if bindir is None:
+            raise ValueError("llama-server's command needs the llama.cpp directory")
         return [str(bindir / "llama-server"), "-m", model, "--port", str(port), "-t",
                 str(threads), "--parallel", str(streams), "-c", str(ctx * streams),
                 "--host", "127.0.0.1"]
@@ -124,21 +126,15 @@ class Server:
 @contextmanager
 def started(kind: str, cmd: list[str], port: int,
             env: dict[str, str] | None = None) -> Iterator[Server]:
-    """Start a server in its own session, wait for a 200 on ``/health`` (the start-up time),
-    and kill its whole process group afterwards."""
+    """Start a server in its own session (``procs.popen``: it dies with the bench), wait for a
+    200 on ``/health`` (the start-up time), and stop its whole process group afterwards."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+    proc = procs.popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         url = f"http://127.0.0.1:{port}"
         yield Server(kind, url, proc.pid, wait_health(url, proc, t0))
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        procs.stop(proc)
 
 
 def serving_rows(servers: list[tuple[str, list[str], int, dict[str, str] | None]],
@@ -147,7 +143,7 @@ def serving_rows(servers: list[tuple[str, list[str], int, dict[str, str] | None]
     """Start each server (one after the other, so start-up times are not contended), then run
     the closed loop and every rate, alternating which server goes first; ``report(kind,
     metric, value, unit)`` gets every figure."""
-    with ExitStack() as stack:
+    with procs.guarded(), ExitStack() as stack:
         up: list[Server] = []
         for kind, cmd, port, env in servers:
             up.append(stack.enter_context(started(kind, cmd, port, env)))

@@ -118,7 +118,7 @@ def _type_rows(runs: Runs, t: str) -> list[str]:
         length = pre[0].split("_", 1)[0].removeprefix("prefill")
         row(f"prefill {length} tok/s, " + " / ".join(p.rsplit("_t", 1)[1] for p in pre)
             + " threads", pre)
-    row("decode weight reads / measured read bandwidth, "
+    row("decode weight reads / read bandwidth of their pages, "
         + " / ".join(f"t{n}" for n in threads),
         [f"decode_bw_fraction_t{n}" for n in threads], baseline=False)
     row("8 concurrent HTTP streams: output tok/s, ITL p50 / p90 ms, TTFT p50 ms",

@@ -16,8 +16,6 @@ import ctypes
 import logging
 import mmap
 import os
-import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -130,19 +128,10 @@ def calibrate_threads(weight: torch.Tensor, budget: int, reps: int = 5) -> int:
     whose other cores are busy. A few milliseconds at load, per machine and model."""
     if _kernel is None or budget <= 1:
         return 1
+    from aioengine.worker.threads import fastest_count
+
     x = torch.randn(1, weight.shape[1])
-    best, best_s = 1, float("inf")
-    for n in range(1, budget + 1):
-        _kernel(x, weight, threads=n)  # warm: starts the pool's threads
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            _kernel(x, weight, threads=n)
-            times.append(time.perf_counter() - t0)
-        s = statistics.median(times)
-        if s < best_s * 0.95:
-            best, best_s = n, s
-    return best
+    return fastest_count(lambda n: _kernel(x, weight, threads=n), budget, reps)[0]
 
 
 def huge_page_weights(model: torch.nn.Module, min_bytes: int = 1 << 20) -> int:
@@ -186,6 +175,11 @@ def huge_page_weights(model: torch.nn.Module, min_bytes: int = 1 << 20) -> int:
             p.data = new
         off += -(-nbytes // 64) * 64
     return sum(sizes.values())
+
+
+def kernel_path() -> str | None:
+    """The loaded kernel's file (its name carries the build key), None when not loaded."""
+    return _kernel.path if _kernel is not None else None
 
 
 def set_threads(n: int) -> None:

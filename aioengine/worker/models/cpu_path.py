@@ -25,9 +25,11 @@ from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
 from aioengine.worker.cbuild import KernelBuildError
+from aioengine.worker.models.cpu_plan import DecodePlan
 from aioengine.worker.models.layers import RMSNorm
 from aioengine.worker.models.spec import ModelSpec
 from aioengine.worker.ops import CpuOps, load_cpu_ops
+from aioengine.worker.ops.plan import enabled as plan_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,8 @@ class CpuLayerPath:
         self.model = model
         self.ops = ops
         self._layers: list[_Layer] | None = None
+        # the decode plan, or why there is none for which caches
+        self._plan: DecodePlan | tuple[str, tuple[int, ...]] | None = None
 
     def _prepare(self) -> list[_Layer]:
         """Per-layer bound methods and weight pointers, taken after loading (the loader fills
@@ -142,6 +146,11 @@ class CpuLayerPath:
         if slots.dtype != torch.int64 or slots.shape != (t,) or not slots.is_contiguous():
             raise ValueError(f"slot_mapping must be a contiguous int64 [{t}], got "
                              f"{slots.dtype} {tuple(slots.shape)}")
+        plan = self._decode_plan(kv_caches) if len(tables) == 1 else None
+        if plan is not None:
+            out = plan.run(h, *tables[0], meta, windowed, kv_caches)
+            if out is not None:
+                return out
         slots_ptr = slots.data_ptr()
         slots_per_head = cache_shape[2] * cache_shape[3]
         norm, silu = ops.fn_add_rms_norm, ops.fn_silu_mul
@@ -185,6 +194,26 @@ class CpuLayerPath:
                 raise ValueError(f"layer {i}: a CPU layer op rejected its inputs (code {code}:"
                                  " bad sizes)")
         return x
+
+    def _decode_plan(self, kv_caches: list[torch.Tensor]) -> DecodePlan | None:
+        """The model's decode plan over these caches (built on first use, rebuilt when the
+        caches or a weight's layout change), or None (``AIOENGINE_DECODE_PLAN=0``, or the
+        model has none: the reason is logged once per set of caches)."""
+        if not plan_enabled():
+            return None
+        plan = self._plan
+        if isinstance(plan, DecodePlan):
+            if plan.current(kv_caches):
+                return plan
+        elif plan is not None and plan[1] == tuple(c.data_ptr() for c in kv_caches):
+            return None
+        built = DecodePlan.build(self.model, self.ops, kv_caches)
+        if isinstance(built, str):
+            logger.debug("CPU decode plan off: %s", built)
+            self._plan = (built, tuple(c.data_ptr() for c in kv_caches))
+            return None
+        self._plan = built
+        return built
 
     @staticmethod
     def _attend(q: torch.Tensor, qkv: torch.Tensor, cache: torch.Tensor,

@@ -39,6 +39,7 @@ QTYPES: dict[str, QType] = {q.name: q for q in (
     QType("q8_0", 8, 32, 34),
     QType("q4_0", 2, 32, 18),
     QType("q4_1", 3, 32, 20),
+    QType("q5_0", 6, 32, 22),
     QType("q4_k", 12, 256, 144),
     QType("q6_k", 14, 256, 210),
 )}
@@ -79,7 +80,7 @@ activations rounded per 32 values to 16 bits (error <= 1.5e-5 of the block's lar
 integer dot products; ``int8``: rounded to 8 bits, integer dot products (llama.cpp's CPU scheme;
 q8_0, q4_0, q4_1 only)."""
 
-X8_TYPES = ("q4_0", "q4_1", "q8_0")
+X8_TYPES = ("q4_0", "q4_1", "q8_0", "q5_0")
 """Types with the interleaved x8 layout (8 rows' blocks side by side, made at load)."""
 
 _P = ctypes.c_void_p
@@ -124,6 +125,7 @@ class QuantKernel:
         lib.qk_set_max_level(2 if names[isa] < 0 else names[isa])
         lib.qk_set_spin_ns.argtypes = (ctypes.c_long,)
         lib.qk_pool_size.restype = _C
+        lib.qk_set_x8_tile.argtypes = (_I,)
         lib.qk_x8_bytes.argtypes = (_C, _I, _I)
         lib.qk_x8_bytes.restype = _I
         lib.qk_repack_x8.argtypes = (_C, _P, _I, _I, _I, _P, _C)
@@ -149,6 +151,14 @@ class QuantKernel:
     def set_spin_ns(self, ns: int) -> None:
         """How long an idle pool thread spins before it sleeps (default 200 us)."""
         self._lib.qk_set_spin_ns(int(ns))
+
+    def set_x8_tile(self, min_m: int) -> None:
+        """x8 products of ``min_m`` x rows or more use the two-group tile (default 2; a larger
+        value keeps the one-group kernel up to it: A/B, and the tests that the two give
+        bit-identical outputs)."""
+        if not isinstance(min_m, int) or min_m < 1:
+            raise QuantKernelError(f"min_m must be an int >= 1, got {min_m!r}")
+        self._lib.qk_set_x8_tile(min_m)
 
     def pool_size(self) -> int:
         return int(self._lib.qk_pool_size())

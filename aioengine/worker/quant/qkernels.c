@@ -53,6 +53,7 @@
 /* ggml type ids (gguf.GGMLQuantizationType) */
 #define T_Q4_0 2
 #define T_Q4_1 3
+#define T_Q5_0 6
 #define T_Q8_0 8
 #define T_Q4_K 12
 #define T_Q6_K 14
@@ -97,6 +98,7 @@ static int type_info(int t, qinfo *qi) {
     case T_Q8_0: qi->block = 32; qi->bytes = 34; return 1;
     case T_Q4_0: qi->block = 32; qi->bytes = 18; return 1;
     case T_Q4_1: qi->block = 32; qi->bytes = 20; return 1;
+    case T_Q5_0: qi->block = 32; qi->bytes = 22; return 1;
     case T_Q4_K: qi->block = 256; qi->bytes = 144; return 1;
     case T_Q6_K: qi->block = 256; qi->bytes = 210; return 1;
     default: return 0;
@@ -110,6 +112,16 @@ static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
     } else {
         *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* the 32 stored values (0..31) of a Q5_0 block: low nibbles of qs, bit j of qh on top of value j */
+static inline void q5_0_vals(const uint8_t *p, int *v) {
+    uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 | (uint32_t)p[5] << 24;
+    const uint8_t *qs = p + 6;
+    for (int j = 0; j < 16; j++) {
+        v[j] = (qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
+        v[j + 16] = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
     }
 }
 
@@ -142,6 +154,14 @@ static void deq_scalar(int t, const uint8_t *w, int64_t nb, float *out) {
                 out[b * 32 + j] = d * (p[4 + j] & 0xF) + m;
                 out[b * 32 + j + 16] = d * (p[4 + j] >> 4) + m;
             }
+            break;
+        }
+        case T_Q5_0: {
+            const uint8_t *p = w + b * 22;
+            float d = h2f(p);
+            int v[32];
+            q5_0_vals(p, v);
+            for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (v[j] - 16);
             break;
         }
         case T_Q4_K: {
@@ -212,6 +232,16 @@ static float dot_scalar(int t, const uint8_t *w, int64_t nb, const float *x, con
             float s = 0.0f;
             for (int j = 0; j < 16; j++) s += xb[j] * (qs[j] & 0xF) + xb[j + 16] * (qs[j] >> 4);
             acc += q41 ? h2f(p) * s + h2f(p + 2) * xs[b] : h2f(p) * (s - 8.0f * xs[b]);
+            break;
+        }
+        case T_Q5_0: {
+            const uint8_t *p = w + b * 22;
+            const float *xb = x + b * 32;
+            int v[32];
+            q5_0_vals(p, v);
+            float s = 0.0f;
+            for (int j = 0; j < 32; j++) s += xb[j] * v[j];
+            acc += h2f(p) * (s - 16.0f * xs[b]);
             break;
         }
         case T_Q4_K: {
@@ -763,6 +793,15 @@ static float dot_i16_scalar(int t, const uint8_t *w, int64_t nb, const x16_block
             acc += h2f(p) * xq[b].d * s + (q41 ? h2f(p + 2) * xs[b] : 0.0f);
             break;
         }
+        case T_Q5_0: {
+            const uint8_t *p = w + b * 22;
+            int v[32];
+            q5_0_vals(p, v);
+            int32_t s = 0;
+            for (int j = 0; j < 32; j++) s += (v[j] - 16) * xq[b].q[j];
+            acc += h2f(p) * xq[b].d * s;
+            break;
+        }
         case T_Q4_K: {
             const uint8_t *p = w + b * 144;
             float d = h2f(p), dmin = h2f(p + 2);
@@ -1312,7 +1351,7 @@ static void deq_job(void *a, int tid, int nth) {
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Interleaved "x8" layout (Q4_0, Q4_1, Q8_0), made once at load by qk_repack_x8: 8 weight rows'
+/* Interleaved "x8" layout (Q4_0, Q4_1, Q5_0, Q8_0), made once at load by qk_repack_x8: 8 weight rows'
  * blocks side by side, so one AVX2 pass computes 8 outputs, one per 32-bit lane, with no
  * horizontal sums and the 8 rows' scales loaded as one vector. Rows are grouped by 8 (the last
  * group padded with zero rows); group g, block b is GB bytes at (g * nb + b) * GB:
@@ -1324,18 +1363,38 @@ static void deq_job(void *a, int tid, int nth) {
  *   Q8_0 payload (256 bytes): 8 chunks c of 32 bytes, values 4c..4c+3; lane r holds row r's
  *     int8 values 4c, 4c+2, 4c+1, 4c+3: the low bytes of its words (sign-extended) are the pair
  *     4c, 4c+1 and the high bytes the pair 4c+2, 4c+3.
+ *   Q5_0 payload (160 bytes, the file's 22 bytes a row kept): 5 chunks c of 32 bytes; lane r's
+ *     word 0 holds values 6c, 6c+2, 6c+4 and word 1 values 6c+1, 6c+3, 6c+5 (bits 5i..5i+4,
+ *     stored 0..31); bit 15 of word 0 / word 1 in chunk c is bit c of value 30 / 31. Three shifts
+ *     and masks give 8 rows x 3 pairs, the spare bits of the 5 chunks the pair 30, 31.
  * Activations: int16 per 32 values (x16_block) as the row-layout int16 path, with integer sums
  * of the int16 activations per block for Q4_0's offset (sum (q-8)x = sum qx - 8 sum x) and the
  * exact float sums for Q4_1's min. */
 
 static int x8_group_bytes(int t) {
-    return t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q8_0 ? 272 : 0;
+    return t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q8_0 ? 272 : t == T_Q5_0 ? 176 : 0;
 }
 static int x8_payload(int t) { return t == T_Q4_1 ? 32 : 16; }
 
 /* the 32 stored integers (nibbles 0..15, or int8) of row r of one x8 block group */
 static void x8_unpack_row(int t, const uint8_t *g, int r, int *v) {
     const uint8_t *p = g + x8_payload(t);
+    if (t == T_Q5_0) {
+        int v30 = 0, v31 = 0;
+        for (int c = 0; c < 5; c++) {
+            const uint8_t *l = p + c * 32 + r * 4;
+            unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
+            for (int i = 0; i < 3; i++) {
+                v[6 * c + 2 * i] = (w0 >> (5 * i)) & 0x1F;
+                v[6 * c + 2 * i + 1] = (w1 >> (5 * i)) & 0x1F;
+            }
+            v30 |= (int)(w0 >> 15) << c;
+            v31 |= (int)(w1 >> 15) << c;
+        }
+        v[30] = v30;
+        v[31] = v31;
+        return;
+    }
     if (t == T_Q8_0) {
         for (int c = 0; c < 8; c++) {
             const int8_t *l = (const int8_t *)(p + c * 32 + r * 4);
@@ -1358,6 +1417,10 @@ static void x8_unpack_row(int t, const uint8_t *g, int r, int *v) {
 
 /* the 32 stored integers of one row-layout block */
 static void row_unpack(int t, const uint8_t *blk, int *v) {
+    if (t == T_Q5_0) {
+        q5_0_vals(blk, v);
+        return;
+    }
     if (t == T_Q8_0) {
         for (int j = 0; j < 32; j++) v[j] = ((const int8_t *)(blk + 2))[j];
         return;
@@ -1371,6 +1434,21 @@ static void row_unpack(int t, const uint8_t *blk, int *v) {
 
 static void x8_pack_row(int t, uint8_t *g, int r, const int *v) {
     uint8_t *p = g + x8_payload(t);
+    if (t == T_Q5_0) {
+        for (int c = 0; c < 5; c++) {
+            unsigned w0 = (unsigned)((v[30] >> c) & 1) << 15, w1 = (unsigned)((v[31] >> c) & 1) << 15;
+            for (int i = 0; i < 3; i++) {
+                w0 |= (unsigned)v[6 * c + 2 * i] << (5 * i);
+                w1 |= (unsigned)v[6 * c + 2 * i + 1] << (5 * i);
+            }
+            uint8_t *l = p + c * 32 + r * 4;
+            l[0] = w0 & 0xFF;
+            l[1] = w0 >> 8;
+            l[2] = w1 & 0xFF;
+            l[3] = w1 >> 8;
+        }
+        return;
+    }
     if (t == T_Q8_0) {
         for (int c = 0; c < 8; c++) {
             uint8_t *l = p + c * 32 + r * 4;
@@ -1396,6 +1474,13 @@ static void x8_pack_row(int t, uint8_t *g, int r, const int *v) {
 }
 
 static void row_pack(int t, uint8_t *blk, const int *v) {
+    if (t == T_Q5_0) {
+        uint32_t qh = 0;
+        for (int j = 0; j < 32; j++) qh |= (uint32_t)(v[j] >> 4) << j;
+        for (int i = 0; i < 4; i++) blk[2 + i] = (uint8_t)(qh >> (8 * i));
+        for (int j = 0; j < 16; j++) blk[6 + j] = (uint8_t)((v[j] & 0xF) | (v[j + 16] & 0xF) << 4);
+        return;
+    }
     if (t == T_Q8_0) {
         for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)v[j];
         return;
@@ -1417,6 +1502,7 @@ static void x8_dot_scalar(int t, const uint8_t *gp, int64_t nb, const x16_block 
             int32_t s = 0;
             for (int j = 0; j < 32; j++) s += v[j] * xq[b].q[j];
             if (t == T_Q4_0) s -= 8 * xi[b];
+            if (t == T_Q5_0) s -= 16 * xi[b];
             out[r] += h2f(p + 2 * r) * xq[b].d * (float)s;
             if (t == T_Q4_1) out[r] += h2f(p + 16 + 2 * r) * xs[b];
         }
@@ -1437,7 +1523,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
         const int po = t == T_Q4_1 ? 32 : 16;                                                \
         const int NA = MR == 1 ? NA1 : MR == 2 ? (NA1 > 2 ? 2 : NA1) : NA3;                  \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
@@ -1448,7 +1534,26 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
             __m256i s[4][4];                                                                 \
             for (int i = 0; i < MR; i++)                                                     \
                 for (int a = 0; a < NA; a++) s[i][a] = _mm256_setzero_si256();               \
-            if (t == T_Q8_0) {                                                               \
+            if (t == T_Q5_0) {                                                               \
+                const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
+                __m256i hb = _mm256_setzero_si256();                                         \
+                for (int c = 0; c < 5; c++) {                                                \
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
+                    __m256i u[3] = {_mm256_and_si256(v, m5),                                 \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 5), m5),           \
+                                    _mm256_and_si256(_mm256_srli_epi16(v, 10), m5)};         \
+                    hb = _mm256_or_si256(hb, _mm256_slli_epi16(_mm256_srli_epi16(v, 15), c)); \
+                    for (int h = 0; h < 3; h++)                                              \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            int a = (3 * c + h) % NA;                                        \
+                            s[i][a] = MADD_ACC(s[i][a], u[h],                                \
+                                               bcast_pair(xq[i * n32 + b].q + 6 * c + 2 * h)); \
+                        }                                                                    \
+                }                                                                            \
+                for (int i = 0; i < MR; i++)                                                 \
+                    s[i][15 % NA] = MADD_ACC(s[i][15 % NA], hb,                              \
+                                             bcast_pair(xq[i * n32 + b].q + 30));            \
+            } else if (t == T_Q8_0) {                                                        \
                 for (int c = 0; c < 8; c++) {                                                \
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
                     __m256i u[2] = {_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8),           \
@@ -1481,8 +1586,9 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
             for (int i = 0; i < MR; i++) {                                                   \
                 __m256i si = s[i][0];                                                        \
                 for (int a = 1; a < NA; a++) si = _mm256_add_epi32(si, s[i][a]);             \
-                if (t == T_Q4_0)                                                             \
-                    si = _mm256_sub_epi32(si, _mm256_set1_epi32(8 * xi[i * n32 + b]));       \
+                if (t == T_Q4_0 || t == T_Q5_0)                                              \
+                    si = _mm256_sub_epi32(si, _mm256_set1_epi32((t == T_Q5_0 ? 16 : 8) *      \
+                                                                xi[i * n32 + b]));           \
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),                             \
                                          _mm256_mul_ps(d8, _mm256_set1_ps(xq[i * n32 + b].d)), \
                                          acc[i]);                                            \
@@ -1521,6 +1627,10 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, X8_NA_VNNI, 2)
     case T_Q8_0 * 8 + 2: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 2, out); break;            \
     case T_Q8_0 * 8 + 3: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 3, out); break;            \
     case T_Q8_0 * 8 + 4: KERNEL(T_Q8_0, gp, nb, xq, xs, xi, n32, 4, out); break;            \
+    case T_Q5_0 * 8 + 1: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 1, out); break;            \
+    case T_Q5_0 * 8 + 2: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 2, out); break;            \
+    case T_Q5_0 * 8 + 3: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 3, out); break;            \
+    case T_Q5_0 * 8 + 4: KERNEL(T_Q5_0, gp, nb, xq, xs, xi, n32, 4, out); break;            \
     }
 
 AVX2 static void x8_group_avx2(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
@@ -1532,6 +1642,108 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
                                const float *xs, const int32_t *xi, int64_t n32, int mr,
                                float *out) {
     X8_CASES(x8_kernel_vnni)
+}
+
+/* Two x8 groups (16 weight rows) x MR x rows (M > 1: batched decode, prefill): every unpacked
+ * weight vector feeds MR x rows and every broadcast activation pair two groups, so a chunk's
+ * unpacking is shared by 2*MR integer dot products, and the 2*MR accumulators are independent
+ * chains (vpdpwssd's latency hides behind them). The sums and the float steps per block are
+ * the one-group kernel's (integer sums are exact in any order; the float updates run in the
+ * same order), so the outputs are bit-identical to x8_kernel_* on each group.
+ * out[i*16 + r]: x row i, weight row r of the pair (0..7 group 0, 8..15 group 1). */
+#define X8_TILE2(NAME, TARGET, MADD_ACC)                                                     \
+    TARGET static inline __attribute__((always_inline)) void NAME(                          \
+        const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
+        const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
+        const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int64_t gs = nb * gb; /* the second group */                                   \
+        const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
+        __m256 acc[4][2], accm[4][2];                                                        \
+        for (int i = 0; i < 4; i++)                                                          \
+            for (int e = 0; e < 2; e++) acc[i][e] = accm[i][e] = _mm256_setzero_ps();        \
+        for (int64_t b = 0; b < nb; b++) {                                                   \
+            const uint8_t *p0 = gp + b * gb, *p1 = p0 + gs;                                  \
+            const uint8_t *q0 = p0 + po, *q1 = p1 + po;                                      \
+            __m256i s[4][2];                                                                 \
+            for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm256_setzero_si256();          \
+            const int16_t *xb[4];                                                            \
+            for (int i = 0; i < MR; i++) xb[i] = xq[i * n32 + b].q;                          \
+            if (t == T_Q8_0) {                                                               \
+                for (int c = 0; c < 8; c++) {                                                \
+                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
+                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
+                    for (int h = 0; h < 2; h++) {                                            \
+                        __m256i u0 = h ? _mm256_srai_epi16(v0, 8)                            \
+                                       : _mm256_srai_epi16(_mm256_slli_epi16(v0, 8), 8);     \
+                        __m256i u1 = h ? _mm256_srai_epi16(v1, 8)                            \
+                                       : _mm256_srai_epi16(_mm256_slli_epi16(v1, 8), 8);     \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            __m256i xp = bcast_pair(xb[i] + 4 * c + 2 * h);                  \
+                            s[i][0] = MADD_ACC(s[i][0], u0, xp);                             \
+                            s[i][1] = MADD_ACC(s[i][1], u1, xp);                             \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+            } else {                                                                         \
+                for (int c = 0; c < 4; c++) {                                                \
+                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
+                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
+                    for (int h = 0; h < 4; h++) {                                            \
+                        __m256i u0 = h == 3 ? _mm256_srli_epi16(v0, 12)                      \
+                                   : _mm256_and_si256(h ? _mm256_srli_epi16(v0, 4 * h) : v0, m4); \
+                        __m256i u1 = h == 3 ? _mm256_srli_epi16(v1, 12)                      \
+                                   : _mm256_and_si256(h ? _mm256_srli_epi16(v1, 4 * h) : v1, m4); \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            __m256i xp = bcast_pair(xb[i] + 8 * c + 2 * h);                  \
+                            s[i][0] = MADD_ACC(s[i][0], u0, xp);                             \
+                            s[i][1] = MADD_ACC(s[i][1], u1, xp);                             \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+            __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p0));              \
+            __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p1));              \
+            for (int i = 0; i < MR; i++) {                                                   \
+                __m256 xd = _mm256_set1_ps(xq[i * n32 + b].d);                               \
+                __m256i s0 = s[i][0], s1 = s[i][1];                                          \
+                if (t == T_Q4_0) {                                                           \
+                    __m256i o = _mm256_set1_epi32(8 * xi[i * n32 + b]);                      \
+                    s0 = _mm256_sub_epi32(s0, o);                                            \
+                    s1 = _mm256_sub_epi32(s1, o);                                            \
+                }                                                                            \
+                acc[i][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(d0, xd),  \
+                                            acc[i][0]);                                      \
+                acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(d1, xd),  \
+                                            acc[i][1]);                                      \
+                if (t == T_Q4_1) {                                                           \
+                    __m256 xsb = _mm256_set1_ps(xs[i * n32 + b]);                            \
+                    accm[i][0] = _mm256_fmadd_ps(                                            \
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p0 + 16))), xsb,   \
+                        accm[i][0]);                                                         \
+                    accm[i][1] = _mm256_fmadd_ps(                                            \
+                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p1 + 16))), xsb,   \
+                        accm[i][1]);                                                         \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+        for (int i = 0; i < MR; i++) {                                                       \
+            _mm256_storeu_ps(out + 16 * i, _mm256_add_ps(acc[i][0], accm[i][0]));            \
+            _mm256_storeu_ps(out + 16 * i + 8, _mm256_add_ps(acc[i][1], accm[i][1]));        \
+        }                                                                                    \
+    }
+
+X8_TILE2(x8t2_kernel_avx2, AVX2, MADD_AVX2)
+X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
+
+/* two groups from gp on (see X8_TILE2), mr 1..4 x rows */
+AVX2 static void x8t2_avx2(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                           const float *xs, const int32_t *xi, int64_t n32, int mr, float *out) {
+    X8_CASES(x8t2_kernel_avx2)
+}
+VNNI static void x8t2_vnni(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                           const float *xs, const int32_t *xi, int64_t n32, int mr, float *out) {
+    X8_CASES(x8t2_kernel_vnni)
 }
 #undef X8_CASES
 
@@ -1567,37 +1779,69 @@ static void x8_groups_of(int64_t ngroups, int c, int nchunks, int64_t *g0, int64
     *g1 = per * (c + 1) < ngroups ? per * (c + 1) : ngroups;
 }
 
+/* x rows from which the two-group tile (X8_TILE2) computes M > 1 (qk_set_x8_tile; a large
+ * value keeps the one-group kernel for every M: A/B and the bit-identity tests) */
+static _Atomic int64_t x8_tile_min_m = 2;
+
+/* the int16 activations of M-blocks of this many x rows (76 bytes per 32 values with their
+ * sums) fill about 256 KiB, so they stay in L2 while a chunk's weight groups pass them */
+static int64_t x8_m_block(int64_t m, int64_t n32) {
+    int64_t mc = (262144 / (n32 * 76)) & ~(int64_t)3;
+    mc = mc < 16 ? 16 : mc;
+    return m < mc ? m : mc;
+}
+
 static void x8_matmul_job(void *a, int c, int nchunks) {
     x8_job_t *j = a;
     int64_t g0, g1;
     x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
     const int64_t gsz = j->nb * x8_group_bytes(j->t);
-    float out[32];
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *gp = j->w + g * gsz;
-        int rows = j->n - g * 8 < 8 ? (int)(j->n - g * 8) : 8;
-        for (int64_t mi = 0; mi < j->m; mi += 4) {
-            int mr = j->m - mi < 4 ? (int)(j->m - mi) : 4;
-            const x16_block *xq = j->xq + mi * j->n32;
-            const float *xs = j->xs + mi * j->n32;
-            const int32_t *xi = j->xi + mi * j->n32;
+    /* the two-group tile has no Q5_0 unpacking yet: Q5_0 keeps the one-group kernel */
+    const int tile = j->t != T_Q5_0 &&
+                     j->m >= atomic_load_explicit(&x8_tile_min_m, memory_order_relaxed);
+    const int64_t mc = x8_m_block(j->m, j->n32);
+    float out[64];
+    for (int64_t m0 = 0; m0 < j->m; m0 += mc) {
+        const int64_t m1 = m0 + mc < j->m ? m0 + mc : j->m;
+        for (int64_t g = g0; g < g1;) {
+            const uint8_t *gp = j->w + g * gsz;
+            const int ng = tile && g + 1 < g1 ? 2 : 1; /* groups this pass computes */
+            int64_t left = j->n - g * 8;
+            int rows = left < 8 * ng ? (int)left : 8 * ng;
+            for (int64_t mi = m0; mi < m1; mi += 4) {
+                int mr = m1 - mi < 4 ? (int)(m1 - mi) : 4;
+                const x16_block *xq = j->xq + mi * j->n32;
+                const float *xs = j->xs + mi * j->n32;
+                const int32_t *xi = j->xi + mi * j->n32;
 #if QK_X86
-            if (j->level >= 2 && have_vnni())
-                x8_group_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
-            else if (j->level >= 1)
-                x8_group_avx2(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
-            else
+                if (ng == 2 && j->level >= 2 && have_vnni())
+                    x8t2_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+                else if (ng == 2 && j->level >= 1)
+                    x8t2_avx2(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+                else if (ng == 2)
+#else
+                if (ng == 2)
 #endif
-                for (int i = 0; i < mr; i++)
-                    x8_dot_scalar(j->t, gp, j->nb, xq + i * j->n32, xs + i * j->n32,
-                                  xi + i * j->n32, out + 8 * i);
-            for (int i = 0; i < mr; i++) {
-                float *yr = j->y + (mi + i) * j->ldy + g * 8;
-                if (rows == 8)
-                    memcpy(yr, out + 8 * i, 8 * sizeof(float));
+                    for (int i = 0; i < mr; i++)
+                        for (int e = 0; e < 2; e++)
+                            x8_dot_scalar(j->t, gp + e * gsz, j->nb, xq + i * j->n32,
+                                          xs + i * j->n32, xi + i * j->n32, out + 16 * i + 8 * e);
+#if QK_X86
+                else if (j->level >= 2 && have_vnni())
+                    x8_group_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+                else if (j->level >= 1)
+                    x8_group_avx2(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
+#endif
                 else
-                    for (int r = 0; r < rows; r++) yr[r] = out[8 * i + r];
+                    for (int i = 0; i < mr; i++)
+                        x8_dot_scalar(j->t, gp, j->nb, xq + i * j->n32, xs + i * j->n32,
+                                      xi + i * j->n32, out + 8 * ng * i);
+                for (int i = 0; i < mr; i++) {
+                    float *yr = j->y + (mi + i) * j->ldy + g * 8;
+                    memcpy(yr, out + 8 * ng * i, (size_t)rows * sizeof(float));
+                }
             }
+            g += ng;
         }
     }
 }
@@ -1614,7 +1858,7 @@ static void x8_deq_job(void *a, int c, int nchunks) {
             const uint8_t *p = j->w + (g * j->nb + b) * gb;
             for (int r = 0; r < rows; r++) {
                 float d = h2f(p + 2 * r), mn = j->t == T_Q4_1 ? h2f(p + 16 + 2 * r) : 0.0f;
-                float off = j->t == T_Q4_0 ? 8.0f : 0.0f;
+                float off = j->t == T_Q4_0 ? 8.0f : j->t == T_Q5_0 ? 16.0f : 0.0f;
                 float *o = j->deq + (g * 8 + r) * j->ldo + b * 32;
                 x8_unpack_row(j->t, p, r, v);
                 for (int i = 0; i < 32; i++) o[i] = d * ((float)v[i] - off) + mn;
@@ -1641,6 +1885,9 @@ void qk_set_max_level(int level) { atomic_store(&max_level, level < 0 ? 0 : leve
 
 void qk_set_spin_ns(long ns) { atomic_store(&pool_spin_ns, ns); }
 
+/* M from which x8 products use the two-group tile (A/B; a large value: never) */
+void qk_set_x8_tile(int64_t min_m) { atomic_store(&x8_tile_min_m, min_m < 1 ? 1 : min_m); }
+
 int qk_pool_size(void) { return pool_size; }
 
 static int check(int t, int64_t n, int64_t k, int64_t row_bytes, int nthreads, int *level,
@@ -1663,6 +1910,7 @@ int qk_matmul(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, i
     int64_t nb;
     int rc = check(t, n, k, row_bytes, nthreads, &level, &nb);
     if (rc) return rc;
+    if (t == T_Q5_0) level = 0; /* Q5_0 rows: scalar only (the engine runs Q5_0 in x8) */
     if (m < 0 || ldx < k || ldy < n) return E_SHAPE;
     if (act8 < 0 || act8 > 2) return E_ACT8;
     if (act8 == 1 && t != T_Q8_0 && t != T_Q4_0 && t != T_Q4_1) return E_ACT8;
@@ -1738,6 +1986,7 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
     int64_t nb;
     int rc = check(t, n, k, row_bytes, nthreads, &level, &nb);
     if (rc) return rc;
+    if (t == T_Q5_0) level = 0;
     if (ldo < k) return E_SHAPE;
     if (n == 0) return E_OK;
     job_t j = {t, level, NULL, 0, 0, w, row_bytes, n, k, nb, out, ldo, NULL, 0, NULL, NULL, 0};
@@ -1747,7 +1996,7 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* x8 layout API (Q4_0, Q4_1, Q8_0) */
+/* x8 layout API (Q4_0, Q4_1, Q5_0, Q8_0) */
 
 static int x8_check(int t, int64_t n, int64_t k, int nthreads, int *level) {
     if (!x8_group_bytes(t)) return E_TYPE;
@@ -1799,6 +2048,99 @@ int qk_repack_x8(int t, const uint8_t *src, int64_t row_bytes, int64_t n, int64_
     return E_OK;
 }
 
+/* x rows -> int16 blocks (quantize_x16's rounding and scale), the float sum of every block
+ * (Q4_1's min) and the integer sum of its int16 values (Q4_0's offset) */
+static void x16_row_scalar(const float *xr, int64_t n32, x16_block *xq, float *xs, int32_t *xi) {
+    quantize_x16(xr, n32, xq);
+    for (int64_t b = 0; b < n32; b++) {
+        float s = 0.0f;
+        int32_t si = 0;
+        for (int i = 0; i < 32; i++) {
+            s += xr[b * 32 + i];
+            si += xq[b].q[i];
+        }
+        xs[b] = s;
+        xi[b] = si;
+    }
+}
+
+#if QK_X86
+/* the same with AVX2, branch-free: the scalar loop's data-dependent rounding branch
+ * mispredicted on every other value (22 ns a value at K=1536, 17 ms of activations per
+ * prefill-512 linear). Values, scale and integer sums are quantize_x16's exactly; the float
+ * sum adds in another order (8 lanes, then across). */
+AVX2 static void x16_row_avx2(const float *xr, int64_t n32, x16_block *xq, float *xs,
+                              int32_t *xi) {
+    const __m256 sgn = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const __m256i lim = _mm256_set1_epi32(32767), nlim = _mm256_set1_epi32(-32767);
+    for (int64_t b = 0; b < n32; b++) {
+        __m256 v[4], mx = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(xr + b * 32 + 8 * i);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sgn, v[i]));
+            sum = _mm256_add_ps(sum, v[i]);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float d = amax / 32767.0f, id = d ? 1.0f / d : 0.0f;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4], isum = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            __m256 y = _mm256_mul_ps(v[i], vid);
+            y = _mm256_add_ps(y, _mm256_or_ps(half, _mm256_and_ps(sgn, y)));
+            q[i] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvttps_epi32(y), lim), nlim);
+            isum = _mm256_add_epi32(isum, q[i]);
+        }
+        __m256i p0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+        __m256i p1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8);
+        _mm256_storeu_si256((__m256i *)xq[b].q, p0);
+        _mm256_storeu_si256((__m256i *)(xq[b].q + 16), p1);
+        xq[b].d = d;
+        xs[b] = hsum8(sum);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        xi[b] = _mm_cvtsi128_si32(s4);
+    }
+}
+#endif
+
+typedef struct {
+    const float *x;
+    int64_t ldx, m, n32;
+    x16_block *xq;
+    float *xs;
+    int32_t *xi;
+    int level;
+} x16_job_t;
+
+static void x16_rows_job(void *a, int c, int nchunks) {
+    x16_job_t *j = a;
+    int64_t r0 = j->m * c / nchunks, r1 = j->m * (c + 1) / nchunks;
+    for (int64_t mi = r0; mi < r1; mi++) {
+        const float *xr = j->x + mi * j->ldx;
+        int64_t o = mi * j->n32;
+#if QK_X86
+        if (j->level >= 1) {
+            x16_row_avx2(xr, j->n32, j->xq + o, j->xs + o, j->xi + o);
+            continue;
+        }
+#endif
+        x16_row_scalar(xr, j->n32, j->xq + o, j->xs + o, j->xi + o);
+    }
+}
+
+/* every x row quantized, on the pool when there are enough of them */
+static void x16_rows(const float *x, int64_t ldx, int64_t m, int64_t n32, x16_block *xq,
+                     float *xs, int32_t *xi, int level, int nthreads) {
+    x16_job_t j = {x, ldx, m, n32, xq, xs, xi, level};
+    int64_t work = m * n32; /* 32-value blocks: ~20 ns each with AVX2 */
+    int nchunks = nthreads <= 1 || work < 2048 ? 1 : (int)(m < 4 * nthreads ? m : 4 * nthreads);
+    pool_run(x16_rows_job, &j, nchunks, nthreads);
+}
+
 /* y[m, ldy] (columns 0..n) = x[m, ldx] @ W^T, W in the x8 layout, int16 activations */
 int qk_matmul_x8(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w, int64_t n,
                  int64_t k, float *y, int64_t ldy, int nthreads, int level) {
@@ -1816,20 +2158,7 @@ int qk_matmul_x8(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w
         free(xi);
         return E_NOMEM;
     }
-    for (int64_t mi = 0; mi < m; mi++) {
-        const float *xr = x + mi * ldx;
-        quantize_x16(xr, n32, xq + mi * n32);
-        for (int64_t b = 0; b < n32; b++) {
-            float s = 0.0f;
-            int32_t si = 0;
-            for (int i = 0; i < 32; i++) {
-                s += xr[b * 32 + i];
-                si += xq[mi * n32 + b].q[i];
-            }
-            xs[mi * n32 + b] = s;
-            xi[mi * n32 + b] = si;
-        }
-    }
+    x16_rows(x, ldx, m, n32, xq, xs, xi, level, nthreads);
     x8_job_t j = {t, level, w, n, n32, (n + 7) / 8, n32, m, xq, xs, xi, y, ldy, NULL, 0};
     int64_t pairs = (j.ngroups + 1) / 2;
     int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);

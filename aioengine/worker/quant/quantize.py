@@ -1,6 +1,6 @@
 """Float weights -> GGUF blocks (numpy), for quantizing Hugging Face weights at load.
 
-Q8_0, Q4_0 and Q4_1 follow ggml's reference quantizers (round-to-nearest, the same bytes as
+Q8_0, Q4_0, Q4_1 and Q5_0 follow ggml's reference quantizers (round-to-nearest, the same bytes as
 ``gguf.quants.quantize``). Q4_K and Q6_K use a plain min/max fit per sub-block (ggml's
 ``quantize_row_q4_K_ref`` searches scales iteratively; ours is simpler and a little less
 accurate, the layout is the same, so the kernels and any GGUF reader take it unchanged).
@@ -38,14 +38,19 @@ def _pack_nibbles(q: np.ndarray) -> np.ndarray:  # q [.., 32] in 0..15
     return (q[..., :16] | (q[..., 16:] << 4)).astype(np.uint8)
 
 
-def _q4_0(x: np.ndarray) -> np.ndarray:
+def _symmetric(x: np.ndarray, half: int) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's Q4_0 / Q5_0 rounding: d = (the value of largest magnitude) / -half, stored
+    values trunc(x/d + half + 0.5) clipped to 0..2*half-1; returns (d [.., 1], values)."""
     idx = np.abs(x).argmax(axis=-1)[..., None]
-    mx = np.take_along_axis(x, idx, axis=-1)
-    d = mx / -8.0
+    d = np.take_along_axis(x, idx, axis=-1) / -float(half)
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = np.where(d != 0, 1.0 / d, 0.0)
-    q = np.clip(np.trunc(x * inv + 8.5), 0, 15).astype(np.uint8)
-    return np.concatenate([_f16(d[..., 0]), _pack_nibbles(q)], axis=-1)
+    return d, np.clip(np.trunc(x * inv + (half + 0.5)), 0, 2 * half - 1).astype(np.uint32)
+
+
+def _q4_0(x: np.ndarray) -> np.ndarray:
+    d, q = _symmetric(x, 8)
+    return np.concatenate([_f16(d[..., 0]), _pack_nibbles(q.astype(np.uint8))], axis=-1)
 
 
 def _q4_1(x: np.ndarray) -> np.ndarray:
@@ -56,6 +61,13 @@ def _q4_1(x: np.ndarray) -> np.ndarray:
         inv = np.where(d != 0, 1.0 / d, 0.0)
     q = np.clip(np.trunc((x - lo) * inv + 0.5), 0, 15).astype(np.uint8)
     return np.concatenate([_f16(d[..., 0]), _f16(lo[..., 0]), _pack_nibbles(q)], axis=-1)
+
+
+def _q5_0(x: np.ndarray) -> np.ndarray:
+    d, q = _symmetric(x, 16)
+    qh = ((q >> 4) << np.arange(32, dtype=np.uint32)).sum(axis=-1, dtype=np.uint32)
+    return np.concatenate([_f16(d[..., 0]), qh[..., None].astype("<u4").view(np.uint8),
+                           _pack_nibbles((q & 0xF).astype(np.uint8))], axis=-1)
 
 
 def _q4_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
@@ -108,8 +120,9 @@ def _q6_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
 
 
 # ggml's reference quantizers compute in float32: so do ours for those types (bytes equal)
-_PRECISION = {"q8_0": np.float32, "q4_0": np.float32, "q4_1": np.float32}
-_QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q4_k": _q4_k, "q6_k": _q6_k}
+_PRECISION = {"q8_0": np.float32, "q4_0": np.float32, "q4_1": np.float32, "q5_0": np.float32}
+_QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q5_0": _q5_0, "q4_k": _q4_k,
+               "q6_k": _q6_k}
 
 
 def quantize(values: np.ndarray, qtype: str | QType | object) -> np.ndarray:
@@ -133,10 +146,12 @@ def quantize(values: np.ndarray, qtype: str | QType | object) -> np.ndarray:
 
 
 WIDENED = {"q5_0": "q8_0"}
-"""GGUF block types the kernels take by widening them losslessly at load: a Q5_0 block (fp16
-d, 32 high bits, 16 bytes of nibbles; x = d*(q - 16), q in 0..31) is a Q8_0 block with the
-same d and int8 values q - 16 (34 bytes for 22, the same numbers). llama.cpp writes Q5_0 where
-a Q4_K_M file's rows are not whole 256-value blocks (SmolLM2: every 576-wide linear)."""
+"""Block types that have a lossless wider twin: a Q5_0 block (fp16 d, 32 high bits, 16 bytes
+of nibbles; x = d*(q - 16), q in 0..31) is a Q8_0 block with the same d and int8 values q - 16
+(34 bytes for 22, the same numbers). llama.cpp writes Q5_0 where a Q4_K_M file's rows are not
+whole 256-value blocks (SmolLM2: every 576-wide linear). The decode path keeps Q5_0 as stored
+(the x8 layout); a weight widens it where it runs the row layout (no fast Q5_0 row kernels) or
+where the policy asks for Q8_0."""
 
 
 def q5_0_as_q8_0(raw: np.ndarray) -> np.ndarray:

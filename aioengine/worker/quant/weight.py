@@ -35,6 +35,7 @@ from aioengine.worker.quant.kernel import (
     load_quant_kernel,
 )
 from aioengine.worker.quant.quantize import WIDENED, q5_0_as_q8_0, quantize
+from aioengine.worker.threads import kernel_threads
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ QUANTIZATION_MODES = ("gguf", *QTYPES)
 SGEMM_MIN_ROWS = 16
 X8_ENV = "AIOENGINE_QUANT_X8"
 """``0`` in the environment: ``QuantPolicy.x8`` defaults to False (the peers bench's --no-x8)."""
+X8_PREFILL_ENV = "AIOENGINE_QUANT_X8_PREFILL"
+"""``0`` in the environment: ``QuantPolicy.x8_prefill`` defaults to False (A/B)."""
 _INT8_TYPES = ("q8_0", "q4_0", "q4_1")
 
 
@@ -63,6 +66,10 @@ class QuantPolicy:
     """Keep Q4_0/Q4_1/Q8_0 weights in the interleaved x8 layout (8 rows' blocks side by side,
     made on first use) when the activations are int16: the GEMV's fast path. False: the file's
     row layout (A/B comparisons); the default is False where ``AIOENGINE_QUANT_X8=0``."""
+    x8_prefill: bool = field(default_factory=lambda: os.environ.get(X8_PREFILL_ENV, "1") != "0")
+    """x8 weights compute every M (prefill too) with the x8 kernels; False: from
+    ``sgemm_min_rows`` rows on, a dequantized copy and torch's sgemm (A/B; the default is False
+    where ``AIOENGINE_QUANT_X8_PREFILL=0``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in QUANTIZATION_MODES:
@@ -89,21 +96,24 @@ class Segment:
     x8: bool = False
 
 
-def _source_qtype(src: Any) -> QType | None:
-    """The kernels' type for a source's stored blocks (a widened type's for Q5_0, see
-    ``quantize.WIDENED``), or None (float or unsupported)."""
+def _source_qtype(src: Any, want: QType | None = None) -> QType | None:
+    """The kernels' type for a source's stored blocks, or None (float or unsupported); the
+    type they widen to (``quantize.WIDENED``: Q5_0 -> Q8_0) when ``want`` is that type."""
     name = getattr(getattr(src, "qtype", None), "name", None)
     if not isinstance(name, str):
         return None
     name = name.lower()
-    return QTYPES.get(WIDENED.get(name, name))
+    if want is not None and WIDENED.get(name) == want.name:
+        return want
+    return QTYPES.get(name)
 
 
-def _raw(src: Any, start: int, length: int) -> np.ndarray:
-    """Stored blocks of rows ``[start, start+length)``, widened where the file's type is."""
+def _raw(src: Any, start: int, length: int, qtype: QType) -> np.ndarray:
+    """Stored blocks of rows ``[start, start+length)`` as ``qtype`` (widened where the file's
+    type is another, see ``_source_qtype``)."""
     raw = np.asarray(src.raw_rows(start, length))
     name = getattr(getattr(src, "qtype", None), "name", "")
-    if isinstance(name, str) and name.lower() == "q5_0":
+    if isinstance(name, str) and name.lower() == "q5_0" and qtype.name == "q8_0":
         return q5_0_as_q8_0(raw)
     return raw
 
@@ -113,10 +123,10 @@ def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
     """Rows ``[start, start+length)`` of a checkpoint source in the form ``policy`` keeps:
     the stored blocks when the source has them in a type the policy takes, else float rows,
     quantized to the policy's type when it names one."""
-    stored = _source_qtype(src)
     want = policy.qtype
+    stored = _source_qtype(src, want)
     if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
-        raw = np.ascontiguousarray(_raw(src, start, length))
+        raw = np.ascontiguousarray(_raw(src, start, length, stored))
         return stored, torch.from_numpy(raw.copy() if not raw.flags.writeable else raw)
     values = src[start:start + length]
     values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
@@ -139,8 +149,8 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
                                                                                   torch.Tensor]:
     """Columns ``[start, start+length)`` of every row, as ``source_rows``; stored blocks are cut
     at block boundaries (ValueError naming the sizes otherwise)."""
-    stored = _source_qtype(src)
     want = policy.qtype
+    stored = _source_qtype(src, want)
     n, k = source_shape(src)
     if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
         if start % stored.block or length % stored.block:
@@ -148,7 +158,7 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
                              f"[{start}, {start + length}): the split must fall on "
                              f"{stored.block}-value block boundaries (use fewer tensor-parallel "
                              f"ranks or another quantization)")
-        raw = _raw(src, 0, n)
+        raw = _raw(src, 0, n, stored)
         b0 = start // stored.block * stored.bytes
         b1 = (start + length) // stored.block * stored.bytes
         return stored, torch.from_numpy(np.ascontiguousarray(raw[:, b0:b1]).copy())
@@ -165,6 +175,8 @@ class _Plan:
     segs: Any  # ctypes array of QkSeg
     nseg: int
     keep: tuple[torch.Tensor, ...]
+    any_m: bool = False
+    """Every segment is x8 on a SIMD path: the plan takes any M (prefill too)."""
 
 
 class QuantizedWeight:
@@ -236,7 +248,15 @@ class QuantizedWeight:
 
     def _layout(self, s: Segment, act: str) -> bool:
         """Put ``s`` in the layout the kernels take for activations ``act``; True: x8."""
-        want = self.policy.x8 and act == "int16" and s.qtype.name in X8_TYPES
+        want = self._x8_path(s, act)
+        if not want and s.qtype.name in WIDENED:
+            # Q5_0 rows have scalar kernels only: outside x8 they run as the Q8_0 blocks of the
+            # same values (34 bytes for 22, the AVX2/AVX-512 row paths)
+            self._rows(s)
+            wide = QTYPES[WIDENED[s.qtype.name]]
+            s.data = torch.from_numpy(q5_0_as_q8_0(s.data.numpy()))
+            s.qtype = wide
+            self._plan = None
         if want and not s.x8:
             s.data = self.kernel.repack_x8(s.qtype, s.data, self.in_features)
             s.x8 = True
@@ -267,7 +287,18 @@ class QuantizedWeight:
             a.w, a.row_bytes = s.data.data_ptr(), 0 if s.x8 else s.data.shape[1]
             a.n, a.offset = s.n, s.offset
         # the tensors stay referenced by the plan: its pointers are theirs
-        self._plan = _Plan(self.policy, arr, len(segs), tuple(s.data for s in segs))
+        self._plan = _Plan(self.policy, arr, len(segs), tuple(s.data for s in segs),
+                           all(s.x8 for s in segs) and self._x8_any_m())
+
+    def _x8_any_m(self) -> bool:
+        """x8 segments take every M (prefill included) through the x8 kernels rather than a
+        dequantized copy and torch's sgemm: with int16 activations the two-group tile beat
+        dequantize + sgemm at M=512 by 1.2-2.3x on SmolLM2's shapes (AVX2 and VNNI, 1 thread,
+        scripts/bench_quant_prefill.py); not on the scalar path."""
+        return self.policy.x8_prefill and self.kernel.best_level >= 1
+
+    def _x8_path(self, s: Segment, act: str) -> bool:
+        return self.policy.x8 and act == "int16" and s.qtype.name in X8_TYPES
 
     def _activations(self, s: Segment) -> str:
         act = self.policy.activations
@@ -301,11 +332,12 @@ class QuantizedWeight:
         if plan is not None and plan.policy is self.policy and x.dtype is torch.float32 \
                 and x.dim() == 2 and x.is_cpu and x.is_contiguous():
             m, k = x.shape
-            if k == self.in_features and 0 < m < plan.policy.sgemm_min_rows:
+            if k == self.in_features and m > 0 and (m < plan.policy.sgemm_min_rows
+                                                    or plan.any_m):
                 n = self.out_features
                 out = torch.empty(m, n)
                 code = self.kernel.raw_matmul_segs(plan.segs, plan.nseg, x.data_ptr(), k, m, k,
-                                                   out.data_ptr(), n, torch.get_num_threads())
+                                                   out.data_ptr(), n, kernel_threads())
                 if code:
                     raise QuantKernelError(f"qk_matmul_segs rejected its inputs: "
                                            f"{error_text(code)} (M={m}, N={n}, K={k})")
@@ -325,18 +357,22 @@ class QuantizedWeight:
         segs = self.segments
         threads = torch.get_num_threads()
         out = torch.empty(m, self.out_features, dtype=torch.float32, device=x.device)
+        laid_out = True  # every quantized segment laid out for this policy (the plan's premise)
         for s in segs:
             dst = out[:, s.offset:s.offset + s.n] if len(segs) > 1 else out
             if s.qtype is None:
                 torch.mm(x2, s.data.t(), out=dst) if len(segs) == 1 else dst.copy_(
                     F.linear(x2, s.data))
-            elif m >= self.policy.sgemm_min_rows:
+            elif m >= self.policy.sgemm_min_rows and not (
+                    self._x8_any_m() and self._x8_path(s, self._activations(s))):
+                laid_out = False
                 w = self._dequantize(s, None, threads)
                 if len(segs) == 1:
                     torch.mm(x2, w.t(), out=dst)
                 else:
                     dst.copy_(F.linear(x2, w))
             else:  # rows checked at set_rows, x2 and out contiguous float32: the bare C call
+                threads = kernel_threads()
                 act = self._activations(s)
                 if self._layout(s, act):
                     code = self.kernel.raw_matmul_x8(
@@ -344,6 +380,7 @@ class QuantizedWeight:
                         s.n, self.in_features, out.data_ptr() + 4 * s.offset,
                         self.out_features, threads, -1)
                 else:
+                    act = self._activations(s)  # a widened Q5_0 segment is Q8_0 now
                     code = self.kernel.raw_matmul(
                         s.qtype.ggml_id, x2.data_ptr(), self.in_features, m,
                         s.data.data_ptr(), s.data.shape[1], s.n, self.in_features,
@@ -353,8 +390,7 @@ class QuantizedWeight:
                     raise QuantKernelError(f"qk_matmul rejected its inputs: "
                                            f"{error_text(code)} ({s.qtype.name}, M={m}, "
                                            f"N={s.n}, K={self.in_features})")
-        if m < self.policy.sgemm_min_rows and (self._plan is None
-                                               or self._plan.policy is not self.policy):
+        if laid_out and (self._plan is None or self._plan.policy is not self.policy):
             self._make_plan()  # every segment is now laid out for this policy
         return out.reshape(*lead, self.out_features)
 

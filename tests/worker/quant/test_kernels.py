@@ -102,7 +102,7 @@ def test_many_calls_with_changing_thread_counts(kern):
         check_close(out.numpy(), x, wref)
 
 
-@pytest.mark.parametrize("name", ["q8_0", "q4_0", "q4_1"])
+@pytest.mark.parametrize("name", ["q8_0", "q4_0", "q4_1", "q5_0"])
 def test_reference_quantizers_are_byte_equal_to_gguf(name):
     w = np.random.default_rng(3).standard_normal((17, 256)).astype(np.float32)
     w[0, :32] = 0.0  # an all-zero block
@@ -141,8 +141,8 @@ def test_bad_inputs_name_the_problem(kern):
         kern.matmul(qt, x, w, out, level=7)
     with pytest.raises(QuantKernelError, match="thread count"):
         kern.matmul(qt, x, w, out, threads=0)
-    with pytest.raises(ValueError, match=r"'q5_0' is not supported.*supported: \['q4_0'"):
-        qtype_of("q5_0")
+    with pytest.raises(ValueError, match=r"'q5_1' is not supported.*supported: \['q4_0'"):
+        qtype_of("q5_1")
     with pytest.raises(ValueError, match="whole blocks of 256"):
         quantize(np.zeros((2, 100), np.float32), "q4_k")
     with pytest.raises(ValueError, match="NaN"):

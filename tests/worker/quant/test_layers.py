@@ -158,7 +158,7 @@ def test_unloaded_rows_and_bad_rows_are_named():
 def test_config_lists_the_supported_values():
     assert QUANTIZATIONS == QUANTIZATION_MODES
     with pytest.raises(ValueError, match=r"quantization must be None or one of \('gguf', 'q8_0'"):
-        EngineConfig(model="tiny", quantization="q5_0")
+        EngineConfig(model="tiny", quantization="q5_1")
     with pytest.raises(ValueError, match="quantization must be one of"):
         QuantPolicy("int8")
     with pytest.raises(ValueError, match="'gguf' keeps a GGUF file's blocks"):
@@ -218,10 +218,12 @@ def test_other_families_quantize_at_load(tmp_path, variant):
     assert runs[0] == runs[1]
 
 
-def test_q5_0_blocks_are_widened_to_q8_0_exactly(tmp_path):
+def test_q5_0_blocks_are_kept_or_widened_to_q8_0_exactly(tmp_path):
     """A Q5_0 tensor (what llama.cpp writes for a Q4_K_M file's rows that are not whole
-    256-value blocks) is kept quantized as Q8_0 blocks of the very same values: the weight
-    dequantizes to gguf's own Q5_0 values bit for bit, and products match them."""
+    256-value blocks) is kept as stored under ``gguf`` (the x8 layout for int16 decode, 22 bytes
+    per 32 values), as the Q8_0 blocks of the very same values where the weight runs the row
+    layout (float32 activations, x8 off) or the policy asks for q8_0: every form dequantizes to
+    gguf's own Q5_0 values bit for bit, and products match them."""
     from gguf.quants import quantize as gguf_quantize
 
     from aioengine.worker.quant.quantize import q5_0_as_q8_0
@@ -238,24 +240,36 @@ def test_q5_0_blocks_are_widened_to_q8_0_exactly(tmp_path):
     w.write_tensors_to_file()
     w.close()
     srcs = {t.name: GGUFTensorSource(t) for t in gguf.GGUFReader(str(tmp_path / "m.gguf")).tensors}
-    layer = QKVParallelLinear(hidden, d, 4, 2, False, TPInfo(0, 1), torch.float32, "cpu")
-    layer.quantize(QuantPolicy("gguf"))
-    for part, name in enumerate("qkv"):
-        layer.load(srcs[name], part)
-    segs = layer.qweight.segments
-    assert [(s.qtype.name, s.n) for s in segs] == [("q8_0", 8 * d)]
     ref = torch.cat([torch.from_numpy(gguf_dequantize(
         np.asarray(srcs[n].raw_rows(0, vals[n].shape[0])), gtype("q5_0"))) for n in "qkv"])
-    assert torch.equal(layer.qweight.dequantize(), ref.float())
-    for m in (1, 3, 40):
-        x = torch.randn(m, hidden)
-        assert_product(layer(x), x, ref.double(), 1e-4 if m < 16 else 1e-5)
-    # row-parallel: Q5_0 rows cut at block boundaries, widened per shard
-    down = RowParallelLinear(hidden, 4 * d, False, TPInfo(1, 2), torch.float32, "cpu")
-    down.quantize(QuantPolicy("gguf"))
-    down.load(srcs["q"])
-    assert down.qweight.segments[0].qtype.name == "q8_0"
-    x = torch.randn(2, hidden // 2)
-    assert_product(down.qweight(x), x, ref[:4 * d, hidden // 2:].double(), 1e-4)
+    for mode, act, x8, kept in (("gguf", "int16", True, ("q5_0", True)),
+                                ("gguf", "float32", True, ("q8_0", False)),
+                                ("gguf", "int16", False, ("q8_0", False)),
+                                ("q8_0", "int16", True, ("q8_0", True))):
+        layer = QKVParallelLinear(hidden, d, 4, 2, False, TPInfo(0, 1), torch.float32, "cpu")
+        policy = QuantPolicy(mode, activations=act, x8=x8)
+        layer.quantize(policy)
+        for part, name in enumerate("qkv"):
+            layer.load(srcs[name], part)
+        segs = layer.qweight.segments
+        assert [(s.qtype.name, s.n) for s in segs] == [("q8_0" if mode == "q8_0" else "q5_0",
+                                                        8 * d)]
+        assert torch.equal(layer.qweight.dequantize(), ref.float())
+        for m in (1, 3, 40):
+            x = torch.randn(m, hidden)
+            assert_product(layer(x), x, ref.double(), 1e-4 if m < 16 else 1e-5)
+        segs = layer.qweight.segments
+        assert (segs[0].qtype.name, segs[0].x8) == kept, (mode, act, x8)
+        assert torch.equal(layer.qweight.dequantize(), ref.float())
+        if kept == ("q5_0", True):
+            assert layer.qweight.nbytes == 8 * d * hidden // 32 * 22  # the file's bytes
+    # row-parallel: Q5_0 rows cut at block boundaries
+    for mode, kept in (("gguf", "q5_0"), ("q8_0", "q8_0")):
+        down = RowParallelLinear(hidden, 4 * d, False, TPInfo(1, 2), torch.float32, "cpu")
+        down.quantize(QuantPolicy(mode))
+        down.load(srcs["q"])
+        assert down.qweight.segments[0].qtype.name == kept
+        x = torch.randn(2, hidden // 2)
+        assert_product(down.qweight(x), x, ref[:4 * d, hidden // 2:].double(), 1e-4)
     with pytest.raises(ValueError, match="whole 22-byte blocks"):
         q5_0_as_q8_0(np.zeros((2, 23), np.uint8))

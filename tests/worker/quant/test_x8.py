@@ -13,6 +13,7 @@ import torch
 
 from aioengine.worker.quant import QTYPES, QuantKernelError, load_quant_kernel, quantize
 from aioengine.worker.quant.kernel import X8_TYPES
+from aioengine.worker.quant.quantize import q5_0_as_q8_0
 from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
 
 gguf = pytest.importorskip("gguf")
@@ -130,9 +131,12 @@ def test_weight_switches_layout_with_the_policy(kern, name):
         assert np.abs(got.numpy() - ref).max() < (0.05 if act == "int8" else 1e-3) * float(
             np.abs(ref).max())
     qw.policy = QuantPolicy(name, x8=False)
-    assert torch.equal(qw(x), qw.kernel.matmul(qt, x, torch.from_numpy(b), torch.empty(3, 50),
-                                               activations="int16"))
-    assert not qw.segments[0].x8 and torch.equal(qw.segments[0].data, torch.from_numpy(b))
+    # Q5_0 has scalar row kernels only: the row layout runs the Q8_0 blocks of its values
+    rqt, rows = (QTYPES["q8_0"], q5_0_as_q8_0(b)) if name == "q5_0" else (qt, b)
+    assert torch.equal(qw(x), qw.kernel.matmul(rqt, x, torch.from_numpy(rows),
+                                               torch.empty(3, 50), activations="int16"))
+    assert not qw.segments[0].x8 and torch.equal(qw.segments[0].data, torch.from_numpy(rows))
+    assert qw.segments[0].qtype is rqt
 
 
 def test_decode_plan_matches_the_checked_path(kern):
@@ -195,3 +199,63 @@ def test_isa_env_caps_the_code_path(kern, monkeypatch):
     finally:
         monkeypatch.delenv("AIOENGINE_QUANT_ISA")
         assert QuantKernel(kern.path).best_level == kern.best_level
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_two_group_tile_is_bit_identical_to_the_one_group_kernel(kern, name):
+    """The tile that computes two groups x 4 rows per pass (M > 1: batched decode, prefill)
+    gives the one-group kernel's outputs bit for bit, on every path, thread count, odd row count
+    (a lone last group, a padded one) and M across several M-blocks (K=1536: 68-row blocks)."""
+    qt = QTYPES[name]
+    rng = np.random.default_rng(7)
+    try:
+        for n, nb in ((8, 1), (23, 2), (40, 5), (129, 48)):
+            k = 32 * nb
+            b, wref = blocks_of(name, n, k, seed=n + 2)
+            x8 = kern.repack_x8(qt, torch.from_numpy(b), k)
+            for m in (2, 3, 4, 5, 9, 150):
+                if m == 150 and nb != 48:
+                    continue
+                x = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32))
+                ref = x.double().numpy() @ wref.T
+                bound = 1e-4 * (np.abs(x.double().numpy()) @ np.abs(wref).T) + 1e-7
+                for level in range(kern.best_level + 1):
+                    for threads in (1, 2, 3):
+                        outs = []
+                        for min_m in (2, 1 << 30):
+                            kern.set_x8_tile(min_m)
+                            outs.append(kern.matmul_x8(qt, x, x8, torch.full((m, n), np.nan),
+                                                       threads=threads, level=level))
+                        assert torch.equal(outs[0], outs[1]), (n, k, m, level, threads)
+                        assert np.all(np.abs(outs[0].numpy() - ref) <= bound)
+    finally:
+        kern.set_x8_tile(2)
+    with pytest.raises(QuantKernelError, match="min_m must be an int >= 1, got 0"):
+        kern.set_x8_tile(0)
+
+
+@pytest.mark.parametrize("name", X8_TYPES)
+def test_prefill_runs_the_x8_kernels(kern, name):
+    """From sgemm_min_rows rows on, x8 weights still compute with the x8 kernels (int16
+    activations, through the one-call plan) unless x8_prefill is off: then a dequantized copy and
+    torch's sgemm. Both match the reference; the x8 one equals the kernel called directly."""
+    qt = QTYPES[name]
+    b, wref = blocks_of(name, 45, 192, seed=5)
+    x = torch.randn(70, 192)
+    ref = x.double().numpy() @ wref.T
+    bound = 1e-4 * (np.abs(x.double().numpy()) @ np.abs(wref).T) + 1e-6
+    outs = {}
+    for on in (True, False):
+        qw = QuantizedWeight(45, 192, QuantPolicy(name, x8_prefill=on), kern)
+        qw.set_rows(0, qt, torch.from_numpy(b[:30].copy()))
+        qw.set_rows(30, qt, torch.from_numpy(b[30:].copy()))
+        outs[on] = qw(x)
+        assert np.all(np.abs(outs[on].numpy() - ref) <= bound), on
+        assert qw(x.view(7, 10, 192)).shape == (7, 10, 45)
+        assert (qw._plan is not None and qw._plan.any_m) == (on and kern.best_level >= 1)
+        assert qw.segments[0].x8 == (on and kern.best_level >= 1)
+    if kern.best_level >= 1:
+        direct = kern.matmul_x8(qt, x, kern.repack_x8(qt, torch.from_numpy(b), 192),
+                                torch.empty(70, 45))
+        assert torch.equal(outs[True], direct)
+        assert not torch.equal(outs[True], outs[False])  # int16 activations vs float sgemm

@@ -68,6 +68,16 @@ class PagedDecodeKernel:
         (``rows`` int64 ``[B]``; None: row b). ``window_starts`` int64 ``[B]``: sequence b
         attends keys ``window_starts[b] .. context_lens[b] - 1`` (sliding window; None: from
         0). Returns ``out``."""
+        self.prepare(q, kv_cache, block_tables, context_lens, scale, out, rows,
+                     window_starts)(q.data_ptr(), kv_cache.data_ptr(), out.data_ptr())
+        return out
+
+    def prepare(self, q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
+                context_lens: torch.Tensor, scale: float, out: torch.Tensor,
+                rows: torch.Tensor | None = None,
+                window_starts: torch.Tensor | None = None) -> BoundDecode:
+        """Check the arguments as a call does, without running it: the bare call
+        (``bind``'s) for tensors of these shapes, strides and dtypes."""
         if q.dtype != torch.float32 or out.dtype != torch.float32 \
                 or kv_cache.dtype not in (torch.float32, torch.float16):
             raise DecodeKernelError(f"q and out must be float32 and kv_cache float32 or "
@@ -108,13 +118,11 @@ class PagedDecodeKernel:
                                           or not window_starts.is_contiguous()):
             raise DecodeKernelError(f"window_starts must be a contiguous int64 [{b}] tensor, "
                                     f"got {window_starts.dtype} {tuple(window_starts.shape)}")
-        call = BoundDecode(self._fn_for(kv_cache), q.stride(0),
+        return BoundDecode(self._fn_for(kv_cache), q.stride(0),
                            None if rows is None else rows.data_ptr(), t,
                            block_tables.data_ptr(), context_lens.data_ptr(),
                            None if window_starts is None else window_starts.data_ptr(), b, hq,
                            hkv, d, bs, num_blocks, max_blocks, scale)
-        call(q.data_ptr(), kv_cache.data_ptr(), out.data_ptr())
-        return out
 
     def bind(self, q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
              context_lens: torch.Tensor, scale: float, out: torch.Tensor,
@@ -124,13 +132,10 @@ class PagedDecodeKernel:
         more layers of this step: ``bound(q_ptr, kv_cache_ptr, out_ptr)`` with q, kv cache
         and out of the same shapes, strides and dtypes (the tables and lengths must stay
         alive and unchanged: the step's metadata holds them)."""
-        self(q, kv_cache, block_tables, context_lens, scale, out, rows, window_starts)
-        return BoundDecode(self._fn_for(kv_cache), q.stride(0),
-                           None if rows is None else rows.data_ptr(),
-                           q.shape[0], block_tables.data_ptr(), context_lens.data_ptr(),
-                           None if window_starts is None else window_starts.data_ptr(),
-                           block_tables.shape[0], q.shape[1], kv_cache.shape[1], q.shape[2],
-                           kv_cache.shape[3], kv_cache.shape[2], block_tables.shape[1], scale)
+        call = self.prepare(q, kv_cache, block_tables, context_lens, scale, out, rows,
+                            window_starts)
+        call(q.data_ptr(), kv_cache.data_ptr(), out.data_ptr())
+        return call
 
 
 class BoundDecode:
@@ -144,6 +149,17 @@ class BoundDecode:
         self._fn = fn
         self._args = (q_stride, rows, t, tables, lens, windows, b, hq, hkv, d, bs, num_blocks,
                       max_blocks, scale)
+
+    @property
+    def fn(self) -> Any:
+        """The C function (float32 or float16 cache)."""
+        return self._fn
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """``(q_stride, rows, t, tables, lens, windows, b, hq, hkv, d, bs, num_blocks,
+        max_blocks, scale)``: pointers as ints (None: NULL)."""
+        return self._args
 
     def __call__(self, q: int, kv_cache: int, out: int) -> None:
         a = self._args

@@ -1,0 +1,160 @@
+/* A decode step's decoder layers in one C call: the CPU fast path's per-layer sequence
+ *
+ *   add+RMSNorm -> qkv -> rope+KV write -> paged attention -> o_proj -> add+RMSNorm -> gate_up
+ *   -> SiLU*up -> down -> (next layer's) add+RMSNorm
+ *
+ * recorded once per model (weight pointers, QkSeg arrays, norm weights, KV caches) and run for
+ * every layer without returning to Python. The work itself is done by the same compiled
+ * functions the per-layer Python loop calls (qkernels' qk_matmul_segs / qk_gemv_f32, cpu_ops'
+ * add_rms_norm_f32 / rope_store_* / silu_mul_f32, the paged decode attention kernel), reached
+ * through function pointers taken from their own libraries: each keeps its compile flags and
+ * numerics (the plan's results are bit-equal to the loop's), and the quantized kernels keep
+ * their one thread pool per process. With no Python between the linears, the pool's workers
+ * (which spin 200 us after a job) stay awake from one linear to the next.
+ *
+ * Measured at batch 1 on SmolLM2 Q4_1 (30 layers, notes/graph.md): the loop spent ~1.5 ms of an
+ * ~8 ms step in Python between and around the C calls.
+ *
+ * Plain C11, no torch headers, no threads of its own.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PLAN_OK 0
+#define PLAN_BAD_SHAPE -101
+#define PLAN_BAD_KIND -102
+
+typedef int (*segs_fn)(const void *segs, int nseg, const float *x, int64_t ldx, int64_t m,
+                       int64_t k, float *y, int64_t ldy, int nthreads);
+typedef int (*gemv_fn)(const float *x, int64_t ldx, int64_t m, const float *w, int64_t n,
+                       int64_t k, float *y, int64_t ldy, int nthreads, int level);
+typedef int (*norm_fn)(const float *x, int64_t ldx, float *residual, int64_t ldr, const float *w,
+                       float *out, int64_t ldo, int64_t m, int64_t n, float eps, int offset,
+                       int add);
+typedef int (*rope_fn)(float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, int64_t d,
+                       const float *cos_t, const float *sin_t, int64_t half, void *kv,
+                       int64_t slots_per_head, const int64_t *slots);
+typedef int (*silu_fn)(const float *x, int64_t ldx, float *out, int64_t ldo, int64_t m,
+                       int64_t n);
+typedef int (*attn_fn)(const float *q, int64_t q_stride, const int64_t *rows, int64_t num_rows,
+                       const void *kv, const int64_t *block_tables, const int64_t *context_lens,
+                       const int64_t *window_starts, float *out, int64_t B, int64_t Hq,
+                       int64_t Hkv, int64_t D, int64_t bs, int64_t num_blocks,
+                       int64_t max_blocks, float scale);
+
+/* one linear: kind 0 quantized segments (qk_seg array, nseg), kind 1 float32 [n, k] rows */
+typedef struct {
+    int32_t kind;
+    int32_t nseg;
+    const void *w;
+    int64_t n, k;
+} plan_linear;
+
+typedef struct {
+    plan_linear qkv, o, gate_up, down;
+    const float *in_w, *post_w; /* RMSNorm weights before attention and before the MLP */
+    void *cache;                /* [2, Hkv, num_blocks, block_size, D] float32 or float16 */
+} plan_layer;
+
+typedef struct {
+    /* the compiled functions (pointers from their libraries) */
+    segs_fn matmul_segs;
+    gemv_fn gemv_f32;
+    norm_fn add_rms_norm;
+    rope_fn rope_store;
+    silu_fn silu_mul;
+    attn_fn attention;
+    /* the model */
+    const plan_layer *layers;
+    int64_t nlayers, hidden, hq, hkv, d, inter;
+    const float *final_w;
+    float eps, scale;
+    int32_t norm_offset, pad;
+    /* the step: T tokens, one per sequence (decode) */
+    int64_t t, half, slots_per_head;
+    float *residual;  /* [T, hidden] embeddings in, residual stream out */
+    float *x;         /* [T, hidden] normed activations; the final-normed hidden out */
+    float *qkv;       /* [T, (hq + 2 hkv) d] */
+    float *attn;      /* [T, hq d] */
+    float *y;         /* [T, hidden] o_proj and down outputs */
+    float *gu;        /* [T, 2 inter] */
+    float *act;       /* [T, inter] */
+    const float *cos, *sin; /* [T, half] */
+    const int64_t *slots;   /* [T] */
+    const int64_t *rows, *block_tables, *context_lens, *window_starts;
+    int64_t b, block_size, num_blocks, max_blocks;
+    int32_t qthreads, fthreads; /* quantized kernels' and F32 GEMV's thread counts */
+} plan_step;
+
+static int linear(const plan_step *p, const plan_linear *l, const float *x, float *y) {
+    if (l->kind == 0)
+        return p->matmul_segs(l->w, l->nseg, x, l->k, p->t, l->k, y, l->n, p->qthreads);
+    if (l->kind == 1)
+        return p->gemv_f32(x, l->k, p->t, (const float *)l->w, l->n, l->k, y, l->n, p->fthreads,
+                           -1);
+    return PLAN_BAD_KIND;
+}
+
+/* Runs every layer; returns 0, or an error code with *where = layer * 16 + op (op: 0 norm,
+ * 1 qkv, 2 rope, 3 attention, 4 o, 5 norm, 6 gate_up, 7 silu, 8 down, 9 norm). */
+int plan_run(const plan_step *p, int64_t *where) {
+    const int64_t t = p->t, h = p->hidden, hq = p->hq, hkv = p->hkv, d = p->d;
+    const int64_t width = (hq + 2 * hkv) * d, inter = p->inter;
+    *where = -1;
+    if (t < 1 || p->nlayers < 1 || h < 1 || d < 1 || inter < 1) return PLAN_BAD_SHAPE;
+    int rc = p->add_rms_norm(p->residual, h, NULL, h, p->layers[0].in_w, p->x, h, t, h, p->eps,
+                             p->norm_offset, 0);
+    if (rc) {
+        *where = 0;
+        return rc;
+    }
+    for (int64_t i = 0; i < p->nlayers; i++) {
+        const plan_layer *l = p->layers + i;
+        const float *next_w = i + 1 < p->nlayers ? p->layers[i + 1].in_w : p->final_w;
+        int op = 1;
+        if (l->qkv.n != width || l->o.n != h || l->gate_up.n != 2 * inter || l->down.n != h
+            || l->qkv.k != h || l->o.k != hq * d || l->gate_up.k != h || l->down.k != inter) {
+            rc = PLAN_BAD_SHAPE;
+            goto fail;
+        }
+        if ((rc = linear(p, &l->qkv, p->x, p->qkv))) goto fail;
+        op = 2;
+        if ((rc = p->rope_store(p->qkv, width, t, hq, hkv, d, p->cos, p->sin, p->half, l->cache,
+                                p->slots_per_head, p->slots)))
+            goto fail;
+        op = 3;
+        if ((rc = p->attention(p->qkv, width, p->rows, t, l->cache, p->block_tables,
+                               p->context_lens, p->window_starts, p->attn, p->b, hq, hkv, d,
+                               p->block_size, p->num_blocks, p->max_blocks, p->scale)))
+            goto fail;
+        op = 4;
+        if ((rc = linear(p, &l->o, p->attn, p->y))) goto fail;
+        op = 5;
+        if ((rc = p->add_rms_norm(p->y, h, p->residual, h, l->post_w, p->x, h, t, h, p->eps,
+                                  p->norm_offset, 1)))
+            goto fail;
+        op = 6;
+        if ((rc = linear(p, &l->gate_up, p->x, p->gu))) goto fail;
+        op = 7;
+        if ((rc = p->silu_mul(p->gu, 2 * inter, p->act, inter, t, inter))) goto fail;
+        op = 8;
+        if ((rc = linear(p, &l->down, p->act, p->y))) goto fail;
+        op = 9;
+        if ((rc = p->add_rms_norm(p->y, h, p->residual, h, next_w, p->x, h, t, h, p->eps,
+                                  p->norm_offset, 1)))
+            goto fail;
+        continue;
+    fail:
+        *where = i * 16 + op;
+        return rc;
+    }
+    return PLAN_OK;
+}
+
+/* the struct sizes, checked against the ctypes mirrors at load */
+int64_t plan_sizeof(int what) {
+    return what == 0 ? (int64_t)sizeof(plan_linear)
+         : what == 1 ? (int64_t)sizeof(plan_layer)
+         : what == 2 ? (int64_t)sizeof(plan_step) : -1;
+}

@@ -1,0 +1,173 @@
+"""The decode plan (a step's layers in one C call, ``aioengine.worker.models.cpu_plan``) against
+the per-layer loop it replaces: the same compiled ops in the same order, so bit-equal logits."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from aioengine.worker import gemv
+from aioengine.worker.attention.cpu_kernel import load_decode_kernel
+from aioengine.worker.loader import load_model
+from aioengine.worker.models.cpu_plan import DecodePlan
+from aioengine.worker.ops.plan import DISABLE_ENV, PlanError, error_text
+from tests.worker.driver import Driver
+from tests.worker.hf_models import make_hf_model
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+
+
+@pytest.fixture(autouse=True)
+def _f32_gemv():
+    """The F32 GEMV on, as a CPU float32 worker configures it (the plan runs float linears
+    only through it)."""
+    old = gemv.threads()
+    assert gemv.configure("cpu", torch.float32, old)
+    yield
+    gemv.set_threads(old)
+
+
+def _schedule(model, cfg, kv_dtype=None, decode_kernel=True, block_size=4) -> Driver:
+    """Two sequences decoding together (T=2), a mixed prefill+decode step (the loop's), then
+    three decoding together (T=3)."""
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, cfg.vocab_size, (n,), generator=gen).tolist()
+               for n in (11, 3, 25)]
+    d = Driver(model, cfg, block_size=block_size,
+               decode_kernel=load_decode_kernel() if decode_kernel else None, kv_dtype=kv_dtype)
+    for p in prompts[:2]:
+        d.add(p)
+    d.step([(0, 11), (1, 3)])
+    d.decode_all(3)
+    d.add(prompts[2])
+    d.step([(2, 9), (0, 1), (1, 1)])  # a prefill chunk with decodes: mixed step
+    d.step([(2, 16)])
+    d.decode_all(5)
+    d2 = d.add(prompts[0][:5])  # and one sequence alone (T=1)
+    d.step([(d2, 5)])
+    for _ in range(3):
+        d.step([(d2, 1)])
+    return d
+
+
+def _both(model, cfg, monkeypatch, threads: int, **kw) -> tuple[Driver, Driver]:
+    old_torch, old_gemv = torch.get_num_threads(), gemv.threads()
+    torch.set_num_threads(threads)
+    gemv.set_threads(threads)
+    try:
+        monkeypatch.setenv(DISABLE_ENV, "1")
+        fast = _schedule(model, cfg, **kw)
+        monkeypatch.setenv(DISABLE_ENV, "0")
+        slow = _schedule(model, cfg, **kw)
+        monkeypatch.setenv(DISABLE_ENV, "1")
+    finally:
+        torch.set_num_threads(old_torch)
+        gemv.set_threads(old_gemv)
+    return fast, slow
+
+
+def _assert_equal(fast: Driver, slow: Driver) -> None:
+    for a, b in zip(fast.seqs, slow.seqs, strict=True):
+        assert a.tokens == b.tokens
+        assert a.logits.keys() == b.logits.keys()
+        for p, logits in a.logits.items():
+            assert torch.equal(logits, b.logits[p]), p
+
+
+@pytest.mark.parametrize("variant", ["llama3-tied", "phi3", "mistral"])
+@pytest.mark.parametrize("quantization", [None, "q8_0", "q4_1"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kv_dtype", [None, torch.float16])
+def test_plan_equals_the_loop(tmp_path, monkeypatch, variant, quantization, threads, kv_dtype):
+    make_hf_model(variant, str(tmp_path), seed=11)
+    model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu",
+                            quantization=quantization)
+    path = model.cpu_path
+    assert path is not None
+    fast, slow = _both(model, cfg, monkeypatch, threads, kv_dtype=kv_dtype)
+    plan = path._plan
+    assert isinstance(plan, DecodePlan), plan
+    # the decode steps of both drivers' schedules: 3 + 5 + 3 per schedule, the plan ran the
+    # first schedule's (mistral: every layer windowed, the windowed metadata)
+    assert plan.runs == 11
+    _assert_equal(fast, slow)
+
+
+def test_no_plan_without_the_decode_kernel(tmp_path, monkeypatch):
+    """Decode attention by torch SDPA (no compiled kernel in the metadata): the loop runs."""
+    make_hf_model("llama3-tied", str(tmp_path), seed=3)
+    model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu")
+    fast, slow = _both(model, cfg, monkeypatch, 1, decode_kernel=False)
+    plan = model.cpu_path._plan
+    assert isinstance(plan, DecodePlan) and plan.runs == 0
+    _assert_equal(fast, slow)
+
+
+def test_mixed_windowed_layers_have_no_plan(tmp_path, monkeypatch):
+    """qwen2 with max_window_layers: layer 0 full, the rest windowed: two metadata per step."""
+    make_hf_model("qwen2-window", str(tmp_path), seed=3)
+    model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu")
+    fast, slow = _both(model, cfg, monkeypatch, 1)
+    reason = model.cpu_path._plan
+    assert isinstance(reason, tuple) and "sliding-window" in reason[0]
+    _assert_equal(fast, slow)
+
+
+def test_plan_rebuilt_for_new_caches_and_weight_layouts(tmp_path, monkeypatch):
+    make_hf_model("llama3-tied", str(tmp_path), seed=5)
+    model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu", quantization="q4_1")
+    path = model.cpu_path
+    first = _schedule(model, cfg)
+    plan = path._plan
+    assert isinstance(plan, DecodePlan) and plan.runs == 11
+    second = _schedule(model, cfg)  # a new Driver: new KV cache tensors
+    assert path._plan is not plan and path._plan.runs == 11
+    _assert_equal(first, second)
+    # the weights back in the file's row layout (a new policy): the plan follows them
+    import dataclasses
+
+    plan = path._plan
+    for m in model.modules():
+        qw = getattr(m, "qweight", None)
+        if qw is not None:
+            qw.policy = dataclasses.replace(qw.policy, x8=False)
+    rows = _schedule(model, cfg)
+    assert path._plan is not plan and isinstance(path._plan, DecodePlan)
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    rows_loop = _schedule(model, cfg)
+    _assert_equal(rows, rows_loop)
+
+
+def test_bad_inputs_are_refused_by_name(tmp_path):
+    make_hf_model("llama3-tied", str(tmp_path), seed=5)
+    model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu")
+    d = _schedule(model, cfg)
+    plan = model.cpu_path._plan
+    assert isinstance(plan, DecodePlan)
+    # a KV slot outside the cache: rope/KV write of layer 0 says so
+    d2 = d.add([1, 2, 3])
+    d.step([(d2, 3)])
+    seq = d.seqs[d2]
+    orig = d.caches
+    d.caches = [c[:, :, :1].contiguous() for c in orig]  # caches of one block
+    with pytest.raises(PlanError, match="layer 0, rope/KV write: a KV slot is outside the "
+                                        "cache"):
+        d.step([(d2, 1)])
+    d.caches = orig
+    assert seq is d.seqs[d2]
+    with pytest.raises(PlanError, match="hidden states of 8 values"):
+        plan.run(torch.zeros(1, 8), torch.zeros(1, 4), torch.zeros(1, 4), _meta(d, d2), None,
+                 d.caches)
+    assert "layer 2, attention: a block id is outside the KV cache" in error_text(-2, 2 * 16 + 3)
+    assert "layer 0, qkv: bad shape" in error_text(-2, 1)
+    assert "layer 1, down" in error_text(-101, 16 + 8)
+
+
+def _meta(d: Driver, i: int):
+    from aioengine.worker.attention import build_attention_metadata
+
+    s = d.seqs[i]
+    return build_attention_metadata([(len(s.tokens) - 1, 1, s.blocks)], d.block_size,
+                                    decode_kernel=d.decode_kernel)
