@@ -21,7 +21,7 @@ SHAPES = [(3072, 576), (960, 576), (576, 576), (576, 1536)]
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--types", default="q8_0,q4_1,q4_0")
+    ap.add_argument("--types", default="q8_0,q4_1,q4_0,q5_0")
     ap.add_argument("--m", default="8,64,512")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=7)

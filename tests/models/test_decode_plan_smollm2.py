@@ -11,6 +11,7 @@ import torch
 
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.worker import gemv
+from aioengine.worker import threads as threads_mod
 from aioengine.worker.attention.cpu_kernel import load_decode_kernel
 from aioengine.worker.loader import load_model
 from aioengine.worker.models.cpu_plan import DecodePlan
@@ -39,6 +40,7 @@ def _run(model, spec, prompts: list[list[int]], steps: int) -> Driver:
 @pytest.mark.parametrize("batch", [1, 3])
 def test_plan_logits_equal_the_loop(smollm2, quantized, monkeypatch, threads, batch) -> None:
     model, spec = quantized
+    monkeypatch.setattr(threads_mod, "_kernel_threads", None)  # torch's count, set below
     tok = Tokenizer.from_dir(smollm2.tokenizer_path)
     prompts = [tok.encode(p) for p in PROMPTS[:batch]]
     old_torch, old_gemv = torch.get_num_threads(), gemv.threads()

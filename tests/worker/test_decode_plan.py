@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from aioengine.worker import gemv
+from aioengine.worker import threads as threads_mod
 from aioengine.worker.attention.cpu_kernel import load_decode_kernel
 from aioengine.worker.loader import load_model
 from aioengine.worker.models.cpu_plan import DecodePlan
@@ -53,6 +54,7 @@ def _schedule(model, cfg, kv_dtype=None, decode_kernel=True, block_size=4) -> Dr
 
 
 def _both(model, cfg, monkeypatch, threads: int, **kw) -> tuple[Driver, Driver]:
+    monkeypatch.setattr(threads_mod, "_kernel_threads", None)  # torch's count, set below
     old_torch, old_gemv = torch.get_num_threads(), gemv.threads()
     torch.set_num_threads(threads)
     gemv.set_threads(threads)
@@ -171,3 +173,32 @@ def _meta(d: Driver, i: int):
     s = d.seqs[i]
     return build_attention_metadata([(len(s.tokens) - 1, 1, s.blocks)], d.block_size,
                                     decode_kernel=d.decode_kernel)
+
+
+def test_many_sequences_with_x8_weights(tmp_path, monkeypatch):
+    """x8 weights take any M through the kernels (``_Plan.any_m``): 17 sequences decoding
+    together still run the plan, bit-equal to the loop; float32 weights above the GEMV's
+    8 rows do not (torch's GEMM in the loop)."""
+    make_hf_model("llama3-tied", str(tmp_path), seed=7)
+    gen = torch.Generator().manual_seed(2)
+
+    def run(model, cfg) -> Driver:
+        d = Driver(model, cfg, block_size=4, decode_kernel=load_decode_kernel())
+        for _ in range(17):
+            d.add(torch.randint(0, cfg.vocab_size, (5,), generator=gen).tolist())
+        d.step([(i, 5) for i in range(17)])
+        d.decode_all(3)
+        return d
+
+    for quantization, runs in (("q8_0", 3), (None, 0)):
+        model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu",
+                                quantization=quantization)
+        monkeypatch.setenv(DISABLE_ENV, "1")
+        fast = run(model, cfg)
+        plan = model.cpu_path._plan
+        assert isinstance(plan, DecodePlan) and plan.runs == runs, quantization
+        monkeypatch.setenv(DISABLE_ENV, "0")
+        gen.manual_seed(2)
+        slow = run(model, cfg)
+        gen.manual_seed(2)
+        _assert_equal(fast, slow)

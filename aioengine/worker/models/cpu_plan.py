@@ -53,6 +53,15 @@ def _describe(module: Any, out: cplan.PlanLinear) -> tuple[Any, ...] | str:
     return (w, w.data_ptr())
 
 
+def _max_rows(state: tuple[Any, ...]) -> int:
+    """The most rows ``state``'s module computes as the plan does: a quantized weight's plan
+    below its sgemm threshold (any M when every segment is x8), the F32 GEMV up to its
+    ``MAX_ROWS``."""
+    if len(state) == 3:
+        return 1 << 30 if state[1].any_m else state[2].sgemm_min_rows - 1
+    return gemv.MAX_ROWS
+
+
 def _current(state: tuple[Any, ...]) -> bool:
     if len(state) == 3:  # quantized: the same plan (layout) under the same policy
         q, p, policy = state
@@ -117,8 +126,7 @@ class DecodePlan:
         # quantized weights take the kernels below their sgemm threshold, float ones up to the
         # GEMV's MAX_ROWS: the plan runs a step only where every linear does what its module
         # would (the smallest of the limits)
-        max_rows = min(st[2].sgemm_min_rows - 1 if len(st) == 3 else gemv.MAX_ROWS
-                       for st in states)
+        max_rows = min(_max_rows(st) for st in states)
         f16 = kv_caches[0].dtype == torch.float16
         step = cplan.PlanStep()
         step.matmul_segs = cplan.fn_address(qk.raw_matmul_segs)

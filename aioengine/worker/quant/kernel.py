@@ -80,7 +80,7 @@ activations rounded per 32 values to 16 bits (error <= 1.5e-5 of the block's lar
 integer dot products; ``int8``: rounded to 8 bits, integer dot products (llama.cpp's CPU scheme;
 q8_0, q4_0, q4_1 only)."""
 
-X8_TYPES = ("q4_0", "q4_1", "q8_0", "q5_0")
+X8_TYPES = ("q4_0", "q4_1", "q8_0", "q5_0", "q4_k", "q6_k")
 """Types with the interleaved x8 layout (8 rows' blocks side by side, made at load)."""
 
 _P = ctypes.c_void_p

@@ -1372,9 +1372,39 @@ static void deq_job(void *a, int tid, int nth) {
  * exact float sums for Q4_1's min. */
 
 static int x8_group_bytes(int t) {
-    return t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q8_0 ? 272 : t == T_Q5_0 ? 176 : 0;
+    return t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q8_0 ? 272 : t == T_Q5_0 ? 176
+         : t == T_Q4_K ? 1184 : t == T_Q6_K ? 1680 : 0;
 }
+/* values per x8 block (a group's unit along K) */
+static int x8_block_vals(int t) { return t == T_Q4_K || t == T_Q6_K ? 256 : 32; }
 static int x8_payload(int t) { return t == T_Q4_1 ? 32 : 16; }
+
+/* the nibbles 0..15 of row r in a 128-byte Q4 x8 payload p (v[32]), and back */
+static void nib_unpack(const uint8_t *p, int r, int *v) {
+    for (int c = 0; c < 4; c++) {
+        const uint8_t *l = p + c * 32 + r * 4;
+        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
+        for (int i = 0; i < 4; i++) {
+            v[8 * c + 2 * i] = (w0 >> (4 * i)) & 0xF;
+            v[8 * c + 2 * i + 1] = (w1 >> (4 * i)) & 0xF;
+        }
+    }
+}
+
+static void nib_pack(uint8_t *p, int r, const int *v) {
+    for (int c = 0; c < 4; c++) {
+        unsigned w0 = 0, w1 = 0;
+        for (int i = 0; i < 4; i++) {
+            w0 |= (unsigned)(v[8 * c + 2 * i] & 0xF) << (4 * i);
+            w1 |= (unsigned)(v[8 * c + 2 * i + 1] & 0xF) << (4 * i);
+        }
+        uint8_t *l = p + c * 32 + r * 4;
+        l[0] = w0 & 0xFF;
+        l[1] = w0 >> 8;
+        l[2] = w1 & 0xFF;
+        l[3] = w1 >> 8;
+    }
+}
 
 /* the 32 stored integers (nibbles 0..15, or int8) of row r of one x8 block group */
 static void x8_unpack_row(int t, const uint8_t *g, int r, int *v) {
@@ -1405,14 +1435,7 @@ static void x8_unpack_row(int t, const uint8_t *g, int r, int *v) {
         }
         return;
     }
-    for (int c = 0; c < 4; c++) {
-        const uint8_t *l = p + c * 32 + r * 4;
-        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
-        for (int i = 0; i < 4; i++) {
-            v[8 * c + 2 * i] = (w0 >> (4 * i)) & 0xF;
-            v[8 * c + 2 * i + 1] = (w1 >> (4 * i)) & 0xF;
-        }
-    }
+    nib_unpack(p, r, v);
 }
 
 /* the 32 stored integers of one row-layout block */
@@ -1459,18 +1482,7 @@ static void x8_pack_row(int t, uint8_t *g, int r, const int *v) {
         }
         return;
     }
-    for (int c = 0; c < 4; c++) {
-        unsigned w0 = 0, w1 = 0;
-        for (int i = 0; i < 4; i++) {
-            w0 |= (unsigned)v[8 * c + 2 * i] << (4 * i);
-            w1 |= (unsigned)v[8 * c + 2 * i + 1] << (4 * i);
-        }
-        uint8_t *l = p + c * 32 + r * 4;
-        l[0] = w0 & 0xFF;
-        l[1] = w0 >> 8;
-        l[2] = w1 & 0xFF;
-        l[3] = w1 >> 8;
-    }
+    nib_pack(p, r, v);
 }
 
 static void row_pack(int t, uint8_t *blk, const int *v) {
@@ -1505,6 +1517,179 @@ static void x8_dot_scalar(int t, const uint8_t *gp, int64_t nb, const x16_block 
             if (t == T_Q5_0) s -= 16 * xi[b];
             out[r] += h2f(p + 2 * r) * xq[b].d * (float)s;
             if (t == T_Q4_1) out[r] += h2f(p + 16 + 2 * r) * xs[b];
+        }
+    }
+}
+
+/* K-quants in the x8 layout (Q4_K, Q6_K): per 8 rows and 256-value super-block, a header then
+ * 8 sub-blocks of 32 values whose 4-bit parts use the Q4 nibble arrangement above.
+ *   Q4_K (1184 bytes, the file's 8 x 144 plus 32): fp16 d[8] | fp16 dmin[8] | u8 sc[8 sub][8 rows]
+ *     | u8 mn[8 sub][8 rows] (the 6-bit scales and mins unpacked) | 8 x 128-byte nibble payloads.
+ *     x = (d*sc[s]) q - (dmin*mn[s]): the reference's float products, exact.
+ *   Q6_K (1680 bytes = 8 x 210): fp16 d[8] | int8 sc[16][8 rows] | 8 x (128-byte payload of the
+ *     low 4 bits | 64 bytes of high 2 bits: vector h covers chunks 2h, 2h+1; lane r's word 0 holds
+ *     values 8c+2i at bits 2(4(c-2h)+i), word 1 values 8c+2i+1). x = (d*sc) (q - 32), one scale
+ *     per 16 values: chunks 0-1 and 2-3 of a sub-block are summed apart.
+ * The header keeps every bit of the file's scales: unpacking gives the file's rows byte for byte. */
+
+static int x8_is_k(int t) { return t == T_Q4_K || t == T_Q6_K; }
+
+/* the high 2 bits of row r's 32 values in a 64-byte Q6_K high plane (v[32] |= hi << 4), and back */
+static void hi2_unpack(const uint8_t *p, int r, int *v) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *l = p + h * 32 + r * 4;
+        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
+        for (int c = 2 * h; c < 2 * h + 2; c++)
+            for (int i = 0; i < 4; i++) {
+                int pos = 2 * (4 * (c - 2 * h) + i);
+                v[8 * c + 2 * i] |= ((w0 >> pos) & 3) << 4;
+                v[8 * c + 2 * i + 1] |= ((w1 >> pos) & 3) << 4;
+            }
+    }
+}
+
+static void hi2_pack(uint8_t *p, int r, const int *v) {
+    for (int h = 0; h < 2; h++) {
+        unsigned w0 = 0, w1 = 0;
+        for (int c = 2 * h; c < 2 * h + 2; c++)
+            for (int i = 0; i < 4; i++) {
+                int pos = 2 * (4 * (c - 2 * h) + i);
+                w0 |= (unsigned)((v[8 * c + 2 * i] >> 4) & 3) << pos;
+                w1 |= (unsigned)((v[8 * c + 2 * i + 1] >> 4) & 3) << pos;
+            }
+        uint8_t *l = p + h * 32 + r * 4;
+        l[0] = w0 & 0xFF;
+        l[1] = w0 >> 8;
+        l[2] = w1 & 0xFF;
+        l[3] = w1 >> 8;
+    }
+}
+
+/* one row-layout super-block <-> its integers: q[256] (Q4_K 0..15, Q6_K 0..63), sc (Q4_K 8 scales
+ * 0..63, Q6_K 16 int8 scales), mn (Q4_K 8 mins); the fp16 d (and dmin) are copied as bytes */
+static void krow_unpack(int t, const uint8_t *blk, int *q, int *sc, int *mn) {
+    if (t == T_Q4_K) {
+        for (int s = 0; s < 8; s++) k4_scale_min(s, blk + 4, &sc[s], &mn[s]);
+        const uint8_t *qs = blk + 16;
+        for (int pr = 0; pr < 4; pr++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * pr + l] = qs[32 * pr + l] & 0xF;
+                q[64 * pr + 32 + l] = qs[32 * pr + l] >> 4;
+            }
+        return;
+    }
+    const uint8_t *ql = blk, *qh = blk + 128;
+    for (int s = 0; s < 16; s++) sc[s] = ((const int8_t *)(blk + 192))[s];
+    for (int n = 0; n < 2; n++)
+        for (int l = 0; l < 32; l++) {
+            int *o = q + 128 * n;
+            o[l] = (ql[64 * n + l] & 0xF) | ((qh[32 * n + l] >> 0) & 3) << 4;
+            o[l + 32] = (ql[64 * n + l + 32] & 0xF) | ((qh[32 * n + l] >> 2) & 3) << 4;
+            o[l + 64] = (ql[64 * n + l] >> 4) | ((qh[32 * n + l] >> 4) & 3) << 4;
+            o[l + 96] = (ql[64 * n + l + 32] >> 4) | ((qh[32 * n + l] >> 6) & 3) << 4;
+        }
+}
+
+static void krow_pack(int t, uint8_t *blk, const int *q, const int *sc, const int *mn) {
+    if (t == T_Q4_K) {
+        uint8_t *s = blk + 4;
+        for (int j = 0; j < 4; j++) {
+            s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+            s[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+            s[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | (mn[j + 4] & 0xF) << 4);
+        }
+        for (int pr = 0; pr < 4; pr++)
+            for (int l = 0; l < 32; l++)
+                blk[16 + 32 * pr + l] = (uint8_t)(q[64 * pr + l] | q[64 * pr + 32 + l] << 4);
+        return;
+    }
+    for (int s = 0; s < 16; s++) blk[192 + s] = (uint8_t)(int8_t)sc[s];
+    for (int n = 0; n < 2; n++)
+        for (int l = 0; l < 32; l++) {
+            const int *o = q + 128 * n;
+            blk[64 * n + l] = (uint8_t)((o[l] & 0xF) | (o[l + 64] & 0xF) << 4);
+            blk[64 * n + l + 32] = (uint8_t)((o[l + 32] & 0xF) | (o[l + 96] & 0xF) << 4);
+            blk[128 + 32 * n + l] = (uint8_t)((o[l] >> 4) | (o[l + 32] >> 4) << 2 |
+                                              (o[l + 64] >> 4) << 4 | (o[l + 96] >> 4) << 6);
+        }
+}
+
+/* row r of an x8 super-block group <-> the same integers */
+static void x8k_unpack_row(int t, const uint8_t *g, int r, int *q, int *sc, int *mn) {
+    if (t == T_Q4_K) {
+        for (int s = 0; s < 8; s++) {
+            sc[s] = g[32 + 8 * s + r];
+            mn[s] = g[96 + 8 * s + r];
+            nib_unpack(g + 160 + 128 * s, r, q + 32 * s);
+        }
+        return;
+    }
+    for (int s = 0; s < 16; s++) sc[s] = ((const int8_t *)g)[16 + 8 * s + r];
+    for (int s = 0; s < 8; s++) {
+        nib_unpack(g + 144 + 192 * s, r, q + 32 * s);
+        hi2_unpack(g + 144 + 192 * s + 128, r, q + 32 * s);
+    }
+}
+
+static void x8k_pack_row(int t, uint8_t *g, int r, const int *q, const int *sc, const int *mn) {
+    if (t == T_Q4_K) {
+        for (int s = 0; s < 8; s++) {
+            g[32 + 8 * s + r] = (uint8_t)sc[s];
+            g[96 + 8 * s + r] = (uint8_t)mn[s];
+            nib_pack(g + 160 + 128 * s, r, q + 32 * s);
+        }
+        return;
+    }
+    for (int s = 0; s < 16; s++) g[16 + 8 * s + r] = (uint8_t)(int8_t)sc[s];
+    for (int s = 0; s < 8; s++) {
+        nib_pack(g + 144 + 192 * s, r, q + 32 * s);
+        hi2_pack(g + 144 + 192 * s + 128, r, q + 32 * s);
+    }
+}
+
+/* dequantized row r of one x8 super-block group (out[256]), the reference's float products */
+static void x8k_deq_row(int t, const uint8_t *g, int r, float *out) {
+    int q[256], sc[16], mn[8];
+    x8k_unpack_row(t, g, r, q, sc, mn);
+    float d = h2f(g + 2 * r);
+    if (t == T_Q4_K) {
+        float dmin = h2f(g + 16 + 2 * r);
+        for (int s = 0; s < 8; s++) {
+            float ds = d * sc[s], ms = dmin * mn[s];
+            for (int l = 0; l < 32; l++) out[32 * s + l] = ds * q[32 * s + l] - ms;
+        }
+        return;
+    }
+    for (int i = 0; i < 256; i++) out[i] = d * sc[i / 16] * (q[i] - 32);
+}
+
+/* scalar: 8 outputs of group gp (nb super-blocks) for one x row */
+static void x8k_dot_scalar(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                           const float *xs, float *out) {
+    const int gb = t == T_Q4_K ? 1184 : 1680;
+    int q[256], sc[16], mn[8];
+    for (int r = 0; r < 8; r++) out[r] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *g = gp + b * gb;
+        for (int r = 0; r < 8; r++) {
+            x8k_unpack_row(t, g, r, q, sc, mn);
+            float d = h2f(g + 2 * r), acc = 0.0f;
+            for (int s = 0; s < 8; s++) {
+                const x16_block *xb = &xq[b * 8 + s];
+                if (t == T_Q4_K) {
+                    int32_t si = 0;
+                    for (int l = 0; l < 32; l++) si += q[32 * s + l] * xb->q[l];
+                    acc += d * sc[s] * xb->d * (float)si - h2f(g + 16 + 2 * r) * mn[s] * xs[b * 8 + s];
+                } else {
+                    int32_t s0 = 0, s1 = 0;
+                    for (int l = 0; l < 16; l++) {
+                        s0 += (q[32 * s + l] - 32) * xb->q[l];
+                        s1 += (q[32 * s + 16 + l] - 32) * xb->q[16 + l];
+                    }
+                    acc += d * xb->d * ((float)sc[2 * s] * s0 + (float)sc[2 * s + 1] * s1);
+                }
+            }
+            out[r] += acc;
         }
     }
 }
@@ -1655,7 +1840,7 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : 272;                         \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
         const int po = t == T_Q4_1 ? 32 : 16;                                                \
         const int64_t gs = nb * gb; /* the second group */                                   \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
@@ -1669,7 +1854,30 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
             for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm256_setzero_si256();          \
             const int16_t *xb[4];                                                            \
             for (int i = 0; i < MR; i++) xb[i] = xq[i * n32 + b].q;                          \
-            if (t == T_Q8_0) {                                                               \
+            if (t == T_Q5_0) {                                                               \
+                const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
+                __m256i hb0 = _mm256_setzero_si256(), hb1 = _mm256_setzero_si256();          \
+                for (int c = 0; c < 5; c++) {                                                \
+                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
+                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
+                    hb0 = _mm256_or_si256(hb0, _mm256_slli_epi16(_mm256_srli_epi16(v0, 15), c)); \
+                    hb1 = _mm256_or_si256(hb1, _mm256_slli_epi16(_mm256_srli_epi16(v1, 15), c)); \
+                    for (int h = 0; h < 3; h++) {                                            \
+                        __m256i u0 = _mm256_and_si256(h ? _mm256_srli_epi16(v0, 5 * h) : v0, m5); \
+                        __m256i u1 = _mm256_and_si256(h ? _mm256_srli_epi16(v1, 5 * h) : v1, m5); \
+                        for (int i = 0; i < MR; i++) {                                       \
+                            __m256i xp = bcast_pair(xb[i] + 6 * c + 2 * h);                  \
+                            s[i][0] = MADD_ACC(s[i][0], u0, xp);                             \
+                            s[i][1] = MADD_ACC(s[i][1], u1, xp);                             \
+                        }                                                                    \
+                    }                                                                        \
+                }                                                                            \
+                for (int i = 0; i < MR; i++) {                                               \
+                    __m256i xp = bcast_pair(xb[i] + 30);                                     \
+                    s[i][0] = MADD_ACC(s[i][0], hb0, xp);                                    \
+                    s[i][1] = MADD_ACC(s[i][1], hb1, xp);                                    \
+                }                                                                            \
+            } else if (t == T_Q8_0) {                                                        \
                 for (int c = 0; c < 8; c++) {                                                \
                     __m256i v0 = _mm256_loadu_si256((const __m256i *)(q0 + 32 * c));         \
                     __m256i v1 = _mm256_loadu_si256((const __m256i *)(q1 + 32 * c));         \
@@ -1707,8 +1915,8 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
             for (int i = 0; i < MR; i++) {                                                   \
                 __m256 xd = _mm256_set1_ps(xq[i * n32 + b].d);                               \
                 __m256i s0 = s[i][0], s1 = s[i][1];                                          \
-                if (t == T_Q4_0) {                                                           \
-                    __m256i o = _mm256_set1_epi32(8 * xi[i * n32 + b]);                      \
+                if (t == T_Q4_0 || t == T_Q5_0) {                                            \
+                    __m256i o = _mm256_set1_epi32((t == T_Q5_0 ? 16 : 8) * xi[i * n32 + b]); \
                     s0 = _mm256_sub_epi32(s0, o);                                            \
                     s1 = _mm256_sub_epi32(s1, o);                                            \
                 }                                                                            \
@@ -1747,6 +1955,114 @@ VNNI static void x8t2_vnni(int t, const uint8_t *gp, int64_t nb, const x16_block
 }
 #undef X8_CASES
 
+/* K-quants: 8 outputs of group gp (nb super-blocks) for MR x rows, out[i*8 + r]. NA integer
+ * accumulators per x row and scale group at MR 1 (Q6_K sums the two 16-value halves apart). */
+#define X8K_KERNEL(NAME, TARGET, MADD_ACC, NA1)                                               \
+    TARGET static inline __attribute__((always_inline)) void NAME(                          \
+        const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
+        const int32_t *xi, const int32_t *xh, int64_t n32, const int MR, float *out) {      \
+        const int q6 = t == T_Q6_K, gb = q6 ? 1680 : 1184;                                  \
+        const int NA = MR == 1 ? NA1 : 1;                                                    \
+        const __m256i m4 = _mm256_set1_epi16(0x0F), m30 = _mm256_set1_epi16(0x30);          \
+        __m256 acc[4], accm[4];                                                              \
+        for (int i = 0; i < 4; i++) acc[i] = accm[i] = _mm256_setzero_ps();                  \
+        for (int64_t b = 0; b < nb; b++) {                                                   \
+            const uint8_t *p = gp + b * gb;                                                  \
+            const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));         \
+            const __m256 dm8 = q6 ? d8 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))); \
+            for (int sb = 0; sb < 8; sb++) {                                                 \
+                const uint8_t *q = p + (q6 ? 144 + 192 * sb : 160 + 128 * sb);               \
+                const int64_t xb = b * 8 + sb;                                               \
+                __m256i s[4][2][4];                                                          \
+                for (int i = 0; i < MR; i++)                                                 \
+                    for (int hf = 0; hf < 2; hf++)                                           \
+                        for (int a = 0; a < NA; a++) s[i][hf][a] = _mm256_setzero_si256();   \
+                for (int c = 0; c < 4; c++) {                                                \
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
+                    __m256i hv = q6 ? _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * (c / 2))) \
+                                    : v;                                                     \
+                    for (int h = 0; h < 4; h++) {                                            \
+                        __m256i u = h == 3 ? _mm256_srli_epi16(v, 12)                        \
+                                           : _mm256_and_si256(h ? _mm256_srli_epi16(v, 4 * h) : v, m4); \
+                        if (q6) {                                                            \
+                            const int pos = 2 * (4 * (c % 2) + h);                           \
+                            __m256i hb = pos >= 4 ? _mm256_srli_epi16(hv, pos - 4)          \
+                                                  : _mm256_slli_epi16(hv, 4 - pos);          \
+                            u = _mm256_or_si256(u, _mm256_and_si256(hb, m30));               \
+                        }                                                                    \
+                        const int hf = q6 ? c / 2 : 0, a = (4 * c + h) % NA;                 \
+                        for (int i = 0; i < MR; i++)                                         \
+                            s[i][hf][a] = MADD_ACC(s[i][hf][a], u,                           \
+                                                   bcast_pair(xq[i * n32 + xb].q + 8 * c + 2 * h)); \
+                    }                                                                        \
+                }                                                                            \
+                if (q6) {                                                                    \
+                    const __m256 scA = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(             \
+                        _mm_loadl_epi64((const __m128i *)(p + 16 + 16 * sb))));             \
+                    const __m256 scB = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(             \
+                        _mm_loadl_epi64((const __m128i *)(p + 24 + 16 * sb))));             \
+                    const __m256 dA = _mm256_mul_ps(d8, scA), dB = _mm256_mul_ps(d8, scB);   \
+                    for (int i = 0; i < MR; i++) {                                           \
+                        __m256i sa = s[i][0][0], sbb = s[i][1][0];                           \
+                        for (int a = 1; a < NA; a++) {                                       \
+                            sa = _mm256_add_epi32(sa, s[i][0][a]);                           \
+                            sbb = _mm256_add_epi32(sbb, s[i][1][a]);                         \
+                        }                                                                    \
+                        const int32_t h0 = xh[i * n32 + xb], h1 = xi[i * n32 + xb] - h0;     \
+                        sa = _mm256_sub_epi32(sa, _mm256_set1_epi32(32 * h0));               \
+                        sbb = _mm256_sub_epi32(sbb, _mm256_set1_epi32(32 * h1));             \
+                        const __m256 xd = _mm256_set1_ps(xq[i * n32 + xb].d);                \
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_mul_ps(dA, xd), acc[i]); \
+                        accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sbb), _mm256_mul_ps(dB, xd), accm[i]); \
+                    }                                                                        \
+                } else {                                                                     \
+                    const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(             \
+                        _mm_loadl_epi64((const __m128i *)(p + 32 + 8 * sb))));              \
+                    const __m256 mn8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(             \
+                        _mm_loadl_epi64((const __m128i *)(p + 96 + 8 * sb))));              \
+                    const __m256 ds = _mm256_mul_ps(d8, sc8), ms = _mm256_mul_ps(dm8, mn8);  \
+                    for (int i = 0; i < MR; i++) {                                           \
+                        __m256i si = s[i][0][0];                                             \
+                        for (int a = 1; a < NA; a++) si = _mm256_add_epi32(si, s[i][0][a]);  \
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),                     \
+                                                 _mm256_mul_ps(ds, _mm256_set1_ps(xq[i * n32 + xb].d)), \
+                                                 acc[i]);                                    \
+                        accm[i] = _mm256_fnmadd_ps(ms, _mm256_set1_ps(xs[i * n32 + xb]), accm[i]); \
+                    }                                                                        \
+                }                                                                            \
+            }                                                                                \
+        }                                                                                    \
+        for (int i = 0; i < MR; i++)                                                         \
+            _mm256_storeu_ps(out + 8 * i, _mm256_add_ps(acc[i], accm[i]));                   \
+    }
+
+X8K_KERNEL(x8k_kernel_avx2, AVX2, MADD_AVX2, 2)
+X8K_KERNEL(x8k_kernel_vnni, VNNI, MADD_VNNI, 2)
+
+#define X8K_CASES(KERNEL)                                                                     \
+    switch (t * 8 + mr) {                                                                    \
+    case T_Q4_K * 8 + 1: KERNEL(T_Q4_K, gp, nb, xq, xs, xi, xh, n32, 1, out); break;        \
+    case T_Q4_K * 8 + 2: KERNEL(T_Q4_K, gp, nb, xq, xs, xi, xh, n32, 2, out); break;        \
+    case T_Q4_K * 8 + 3: KERNEL(T_Q4_K, gp, nb, xq, xs, xi, xh, n32, 3, out); break;        \
+    case T_Q4_K * 8 + 4: KERNEL(T_Q4_K, gp, nb, xq, xs, xi, xh, n32, 4, out); break;        \
+    case T_Q6_K * 8 + 1: KERNEL(T_Q6_K, gp, nb, xq, xs, xi, xh, n32, 1, out); break;        \
+    case T_Q6_K * 8 + 2: KERNEL(T_Q6_K, gp, nb, xq, xs, xi, xh, n32, 2, out); break;        \
+    case T_Q6_K * 8 + 3: KERNEL(T_Q6_K, gp, nb, xq, xs, xi, xh, n32, 3, out); break;        \
+    case T_Q6_K * 8 + 4: KERNEL(T_Q6_K, gp, nb, xq, xs, xi, xh, n32, 4, out); break;        \
+    }
+
+AVX2 static void x8k_group_avx2(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                                const float *xs, const int32_t *xi, const int32_t *xh,
+                                int64_t n32, int mr, float *out) {
+    X8K_CASES(x8k_kernel_avx2)
+}
+VNNI static void x8k_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_block *xq,
+                                const float *xs, const int32_t *xi, const int32_t *xh,
+                                int64_t n32, int mr, float *out) {
+    X8K_CASES(x8k_kernel_vnni)
+}
+#undef X8K_CASES
+
 static int have_vnni(void) {
     static int cached = -1;
     if (cached < 0) {
@@ -1769,6 +2085,7 @@ typedef struct {
     int64_t ldy;
     float *deq; /* dequantize: out [n, ldo] */
     int64_t ldo;
+    const int32_t *xh; /* integer sums of the first 16 int16 activations per 32 (Q6_K) */
 } x8_job_t;
 
 /* groups of chunk c out of nchunks: contiguous, an even number of groups (16 rows, 64 bytes of
@@ -1796,8 +2113,8 @@ static void x8_matmul_job(void *a, int c, int nchunks) {
     int64_t g0, g1;
     x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
     const int64_t gsz = j->nb * x8_group_bytes(j->t);
-    /* the two-group tile has no Q5_0 unpacking yet: Q5_0 keeps the one-group kernel */
-    const int tile = j->t != T_Q5_0 &&
+    /* the two-group tile covers the 32-value types; K-quants run one group at a time */
+    const int tile = !x8_is_k(j->t) &&
                      j->m >= atomic_load_explicit(&x8_tile_min_m, memory_order_relaxed);
     const int64_t mc = x8_m_block(j->m, j->n32);
     float out[64];
@@ -1813,6 +2130,19 @@ static void x8_matmul_job(void *a, int c, int nchunks) {
                 const x16_block *xq = j->xq + mi * j->n32;
                 const float *xs = j->xs + mi * j->n32;
                 const int32_t *xi = j->xi + mi * j->n32;
+                if (x8_is_k(j->t)) {
+                    const int32_t *xh = j->xh + mi * j->n32;
+#if QK_X86
+                    if (j->level >= 2 && have_vnni())
+                        x8k_group_vnni(j->t, gp, j->nb, xq, xs, xi, xh, j->n32, mr, out);
+                    else if (j->level >= 1)
+                        x8k_group_avx2(j->t, gp, j->nb, xq, xs, xi, xh, j->n32, mr, out);
+                    else
+#endif
+                        for (int i = 0; i < mr; i++)
+                            x8k_dot_scalar(j->t, gp, j->nb, xq + i * j->n32, xs + i * j->n32,
+                                           out + 8 * i);
+                } else
 #if QK_X86
                 if (ng == 2 && j->level >= 2 && have_vnni())
                     x8t2_vnni(j->t, gp, j->nb, xq, xs, xi, j->n32, mr, out);
@@ -1856,6 +2186,11 @@ static void x8_deq_job(void *a, int c, int nchunks) {
         int rows = j->n - g * 8 < 8 ? (int)(j->n - g * 8) : 8;
         for (int64_t b = 0; b < j->nb; b++) {
             const uint8_t *p = j->w + (g * j->nb + b) * gb;
+            if (x8_is_k(j->t)) {
+                for (int r = 0; r < rows; r++)
+                    x8k_deq_row(j->t, p, r, j->deq + (g * 8 + r) * j->ldo + b * 256);
+                continue;
+            }
             for (int r = 0; r < rows; r++) {
                 float d = h2f(p + 2 * r), mn = j->t == T_Q4_1 ? h2f(p + 16 + 2 * r) : 0.0f;
                 float off = j->t == T_Q4_0 ? 8.0f : j->t == T_Q5_0 ? 16.0f : 0.0f;
@@ -1996,11 +2331,11 @@ int qk_dequantize(int t, const uint8_t *w, int64_t row_bytes, int64_t n, int64_t
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* x8 layout API (Q4_0, Q4_1, Q5_0, Q8_0) */
+/* x8 layout API (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K) */
 
 static int x8_check(int t, int64_t n, int64_t k, int nthreads, int *level) {
     if (!x8_group_bytes(t)) return E_TYPE;
-    if (n < 0 || k <= 0 || k % 32) return E_SHAPE;
+    if (n < 0 || k <= 0 || k % x8_block_vals(t)) return E_SHAPE;
     if (nthreads < 1 || nthreads > 256) return E_THREADS;
     if (*level < 0) *level = qk_best_level();
     if (*level > qk_best_level()) return E_LEVEL;
@@ -2009,8 +2344,8 @@ static int x8_check(int t, int64_t n, int64_t k, int nthreads, int *level) {
 
 /* bytes of the x8 layout of n rows of k values (0 for a type without one) */
 int64_t qk_x8_bytes(int t, int64_t n, int64_t k) {
-    if (!x8_group_bytes(t) || n < 0 || k <= 0 || k % 32) return 0;
-    return (n + 7) / 8 * (k / 32) * x8_group_bytes(t);
+    if (!x8_group_bytes(t) || n < 0 || k <= 0 || k % x8_block_vals(t)) return 0;
+    return (n + 7) / 8 * (k / x8_block_vals(t)) * x8_group_bytes(t);
 }
 
 /* row layout (n rows of row_bytes) -> x8 layout (qk_x8_bytes(t, n, k) bytes); dir 1: back */
@@ -2021,10 +2356,10 @@ int qk_repack_x8(int t, const uint8_t *src, int64_t row_bytes, int64_t n, int64_
     if (rc) return rc;
     qinfo qi = {0, 0};
     type_info(t, &qi);
-    int64_t nb = k / 32;
+    int64_t nb = k / qi.block;
     if (row_bytes != nb * qi.bytes) return E_ROWBYTES;
     const int gb = x8_group_bytes(t);
-    int v[32];
+    int v[32], kq[256], ksc[16], kmn[8];
     if (dir == 0) memset(dst, 0, (size_t)qk_x8_bytes(t, n, k));
     for (int64_t row = 0; row < n; row++) {
         int64_t g = row / 8;
@@ -2032,6 +2367,21 @@ int qk_repack_x8(int t, const uint8_t *src, int64_t row_bytes, int64_t n, int64_
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *blk = (uint8_t *)(dir ? dst : src) + row * row_bytes + b * qi.bytes;
             uint8_t *gp = (uint8_t *)(dir ? src : dst) + (g * nb + b) * gb;
+            if (x8_is_k(t)) { /* fp16 d (and dmin): Q4_K at the block's start, Q6_K at 208 */
+                int doff = t == T_Q4_K ? 0 : 208;
+                if (dir == 0) {
+                    memcpy(gp + 2 * r, blk + doff, 2);
+                    if (t == T_Q4_K) memcpy(gp + 16 + 2 * r, blk + 2, 2);
+                    krow_unpack(t, blk, kq, ksc, kmn);
+                    x8k_pack_row(t, gp, r, kq, ksc, kmn);
+                } else {
+                    memcpy(blk + doff, gp + 2 * r, 2);
+                    if (t == T_Q4_K) memcpy(blk + 2, gp + 16 + 2 * r, 2);
+                    x8k_unpack_row(t, gp, r, kq, ksc, kmn);
+                    krow_pack(t, blk, kq, ksc, kmn);
+                }
+                continue;
+            }
             if (dir == 0) {
                 memcpy(gp + 2 * r, blk, 2);
                 if (t == T_Q4_1) memcpy(gp + 16 + 2 * r, blk + 2, 2);
@@ -2152,20 +2502,30 @@ int qk_matmul_x8(int t, const float *x, int64_t ldx, int64_t m, const uint8_t *w
     x16_block *xq = malloc(m * n32 * sizeof(x16_block));
     float *xs = malloc(m * n32 * sizeof(float));
     int32_t *xi = malloc(m * n32 * sizeof(int32_t));
-    if (!xq || !xs || !xi) {
+    int32_t *xh = malloc(m * n32 * sizeof(int32_t));
+    if (!xq || !xs || !xi || !xh) {
         free(xq);
         free(xs);
         free(xi);
+        free(xh);
         return E_NOMEM;
     }
     x16_rows(x, ldx, m, n32, xq, xs, xi, level, nthreads);
-    x8_job_t j = {t, level, w, n, n32, (n + 7) / 8, n32, m, xq, xs, xi, y, ldy, NULL, 0};
+    if (x8_is_k(t)) /* Q6_K's halves: the integer sum of the first 16 values of every block */
+        for (int64_t b = 0; b < m * n32; b++) {
+            int32_t sh = 0;
+            for (int i = 0; i < 16; i++) sh += xq[b].q[i];
+            xh[b] = sh;
+        }
+    x8_job_t j = {t, level, w, n, k / x8_block_vals(t), (n + 7) / 8, n32, m, xq, xs, xi, y, ldy,
+                  NULL, 0, xh};
     int64_t pairs = (j.ngroups + 1) / 2;
     int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);
     pool_run(x8_matmul_job, &j, nchunks < 1 ? 1 : nchunks, nthreads);
     free(xq);
     free(xs);
     free(xi);
+    free(xh);
     return E_OK;
 }
 
@@ -2176,8 +2536,8 @@ int qk_dequantize_x8(int t, const uint8_t *w, int64_t n, int64_t k, float *out, 
     if (rc) return rc;
     if (ldo < k) return E_SHAPE;
     if (n == 0) return E_OK;
-    x8_job_t j = {t, level, w, n, k / 32, (n + 7) / 8, k / 32, 0, NULL, NULL, NULL, NULL, 0,
-                  out, ldo};
+    x8_job_t j = {t, level, w, n, k / x8_block_vals(t), (n + 7) / 8, k / 32, 0, NULL, NULL, NULL,
+                  NULL, 0, out, ldo, NULL};
     int64_t pairs = (j.ngroups + 1) / 2;
     int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);
     pool_run(x8_deq_job, &j, nchunks < 1 ? 1 : nchunks, nthreads);

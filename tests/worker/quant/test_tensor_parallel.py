@@ -1,4 +1,4 @@
-"""Quantized weights under tensor parallelism: two spawned gloo ranks holding Q8_0 / Q4_0
+"""Quantized weights under tensor parallelism: two spawned gloo ranks holding Q8_0 / Q4_0 / Q5_0
 shards (rows split for column-parallel layers, every row cut at a block boundary for
 row-parallel ones, the vocab split for the head) give the logits of one rank holding the whole
 quantized weights. Blocks are independent along a row, so both hold the same blocks: only the
@@ -22,7 +22,7 @@ VARIANTS = [("llama", {"intermediate_size": 128}),
             ("qwen2", {"num_key_value_heads": 2, "vocab_size": 255, "intermediate_size": 128})]
 
 
-@pytest.mark.parametrize("mode", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("mode", ["q8_0", "q4_0", "q5_0"])
 def test_tp2_quantized_matches_tp1_quantized(tmp_path, mode):
     for model_dir, tp2 in tp2_logits(tmp_path, VARIANTS,
                                      functools.partial(quantized_logits, mode=mode)):

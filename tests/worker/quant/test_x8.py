@@ -1,4 +1,5 @@
-"""The interleaved x8 layout (Q4_0, Q4_1, Q8_0: 8 rows' blocks side by side, made at load):
+"""The interleaved x8 layout (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K: 8 rows' blocks side by side,
+made at load):
 the repack round-trips byte for byte, dequantizes to exactly gguf's values, and its GEMV /
 small-M product matches the float64 reference on every code path (scalar, AVX2, AVX-512 VNNI),
 thread count and odd shape (rows not a multiple of 8: the last group is padded)."""
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from aioengine.worker.quant import QTYPES, QuantKernelError, load_quant_kernel, quantize
-from aioengine.worker.quant.kernel import X8_TYPES
+from aioengine.worker.quant.kernel import X8_TYPES, QType
 from aioengine.worker.quant.quantize import q5_0_as_q8_0
 from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
 
@@ -38,12 +39,15 @@ def blocks_of(name: str, n: int, k: int, seed: int = 0) -> tuple[np.ndarray, np.
 @pytest.mark.parametrize("name", X8_TYPES)
 def test_repack_round_trips_and_dequantizes_exactly(kern, name):
     qt = QTYPES[name]
-    for n, nb in ((1, 1), (8, 2), (13, 3), (37, 18)):
-        k = 32 * nb
+    for n, nb in ((1, 1), (8, 2), (13, 3), (37, 18 if qt.block == 32 else 6)):
+        k = qt.block * nb
         b, wref = blocks_of(name, n, k, seed=n)
         rows = torch.from_numpy(b)
         x8 = kern.repack_x8(qt, rows, k)
-        assert x8.numel() == kern.x8_bytes(qt, n, k) == (n + 7) // 8 * 8 * qt.row_bytes(k)
+        # the file's bytes (rows padded to 8); Q4_K's unpacked 6-bit scales take 4 bytes more
+        extra = 4 * (k // 256) if name == "q4_k" else 0
+        assert x8.numel() == kern.x8_bytes(qt, n, k) == (n + 7) // 8 * 8 * (qt.row_bytes(k)
+                                                                             + extra)
         assert torch.equal(kern.unpack_x8(qt, x8, n, k), rows)
         for threads in (1, 2):
             got = kern.dequantize_x8(qt, x8, n, k, threads=threads).numpy()
@@ -54,8 +58,8 @@ def test_repack_round_trips_and_dequantizes_exactly(kern, name):
 def test_x8_matmul_matches_the_reference_on_every_path(kern, name):
     qt = QTYPES[name]
     rng = np.random.default_rng(3)
-    for n, nb in ((1, 1), (7, 2), (9, 1), (37, 3), (130, 18)):
-        k = 32 * nb
+    for n, nb in ((1, 1), (7, 2), (9, 1), (37, 3), (130, 18 if qt.block == 32 else 6)):
+        k = qt.block * nb
         b, wref = blocks_of(name, n, k, seed=n + 1)
         x8 = kern.repack_x8(qt, torch.from_numpy(b), k)
         for m in (1, 2, 3, 4, 5, 15):
@@ -93,8 +97,10 @@ def test_x8_bad_inputs_name_the_problem(kern):
     qt = QTYPES["q4_0"]
     b, _ = blocks_of("q4_0", 9, 64)
     x8 = kern.repack_x8(qt, torch.from_numpy(b), 64)
-    with pytest.raises(QuantKernelError, match="q4_k has no x8 layout"):
-        kern.repack_x8(QTYPES["q4_k"], torch.zeros(1, 144, dtype=torch.uint8), 256)
+    with pytest.raises(QuantKernelError, match="q5_1 has no x8 layout"):
+        kern.repack_x8(QType("q5_1", 7, 32, 24), torch.zeros(1, 24, dtype=torch.uint8), 32)
+    with pytest.raises(QuantKernelError, match="whole blocks of 256 values; a row of 96"):
+        kern.matmul_x8(QTYPES["q4_k"], torch.randn(1, 96), x8, torch.empty(1, 9))
     with pytest.raises(QuantKernelError, match="take 576 bytes in the x8 layout, got 575"):
         kern.matmul_x8(qt, torch.randn(1, 64), x8[:575].contiguous(), torch.empty(1, 9))
     with pytest.raises(QuantKernelError, match="x8 weights must be a contiguous 1-D"):
@@ -112,24 +118,28 @@ def test_weight_switches_layout_with_the_policy(kern, name):
     """A QuantizedWeight repacks on first int16 use, goes back to rows for float32/int8
     activations, and every layout gives the same products (prefill through dequantize too)."""
     qt = QTYPES[name]
-    b, wref = blocks_of(name, 50, 96, seed=4)
-    qw = QuantizedWeight(50, 96, QuantPolicy(name), kern)
+    k = 3 * qt.block
+    b, wref = blocks_of(name, 50, k, seed=4)
+    qw = QuantizedWeight(50, k, QuantPolicy(name), kern)
     qw.set_rows(0, qt, torch.from_numpy(b[:20].copy()))
     qw.set_rows(20, qt, torch.from_numpy(b[20:].copy()))
-    x = torch.randn(3, 96)
+    x = torch.randn(3, k)
     ref = x.double().numpy() @ wref.T
     tol = 1e-3 * float(np.abs(ref).max())
     a = qw(x)
     assert qw.segments[0].x8 and len(qw.segments) == 1
     assert np.abs(a.numpy() - ref).max() < tol
-    assert np.abs(qw(torch.randn(20, 96)).numpy()).max() > 0  # the sgemm path on x8
+    assert np.abs(qw(torch.randn(20, k)).numpy()).max() > 0  # the sgemm path on x8
     assert np.array_equal(qw.dequantize().numpy(), wref.astype(np.float32))
     for act in ("float32", "int8", "int16"):
         qw.policy = QuantPolicy(name, activations=act)
         got = qw(x)
-        assert qw.segments[0].x8 == (act == "int16")
-        assert np.abs(got.numpy() - ref).max() < (0.05 if act == "int8" else 1e-3) * float(
-            np.abs(ref).max())
+        # int8 applies to q8_0/q4_0/q4_1 (the K-quants keep int16: x8); a Q5_0 segment became
+        # Q8_0 rows under float32
+        int16 = act == "int16" or (act == "int8" and name in ("q4_k", "q6_k"))
+        assert qw.segments[0].x8 == int16
+        assert np.abs(got.numpy() - ref).max() < (1e-3 if int16 or act == "float32" else 0.05) \
+            * float(np.abs(ref).max())
     qw.policy = QuantPolicy(name, x8=False)
     # Q5_0 has scalar row kernels only: the row layout runs the Q8_0 blocks of its values
     rqt, rows = (QTYPES["q8_0"], q5_0_as_q8_0(b)) if name == "q5_0" else (qt, b)
@@ -205,12 +215,13 @@ def test_isa_env_caps_the_code_path(kern, monkeypatch):
 def test_two_group_tile_is_bit_identical_to_the_one_group_kernel(kern, name):
     """The tile that computes two groups x 4 rows per pass (M > 1: batched decode, prefill)
     gives the one-group kernel's outputs bit for bit, on every path, thread count, odd row count
-    (a lone last group, a padded one) and M across several M-blocks (K=1536: 68-row blocks)."""
+    (a lone last group, a padded one) and M across several M-blocks (K=1536: 68-row blocks).
+    K-quants (256-value blocks) run one group at a time at every M: the same check holds."""
     qt = QTYPES[name]
     rng = np.random.default_rng(7)
     try:
         for n, nb in ((8, 1), (23, 2), (40, 5), (129, 48)):
-            k = 32 * nb
+            k = 32 * nb if qt.block == 32 else 256 * max(1, nb // 8)
             b, wref = blocks_of(name, n, k, seed=n + 2)
             x8 = kern.repack_x8(qt, torch.from_numpy(b), k)
             for m in (2, 3, 4, 5, 9, 150):
@@ -240,22 +251,23 @@ def test_prefill_runs_the_x8_kernels(kern, name):
     activations, through the one-call plan) unless x8_prefill is off: then a dequantized copy and
     torch's sgemm. Both match the reference; the x8 one equals the kernel called directly."""
     qt = QTYPES[name]
-    b, wref = blocks_of(name, 45, 192, seed=5)
-    x = torch.randn(70, 192)
+    k = 192 if qt.block == 32 else 512
+    b, wref = blocks_of(name, 45, k, seed=5)
+    x = torch.randn(70, k)
     ref = x.double().numpy() @ wref.T
     bound = 1e-4 * (np.abs(x.double().numpy()) @ np.abs(wref).T) + 1e-6
     outs = {}
     for on in (True, False):
-        qw = QuantizedWeight(45, 192, QuantPolicy(name, x8_prefill=on), kern)
+        qw = QuantizedWeight(45, k, QuantPolicy(name, x8_prefill=on), kern)
         qw.set_rows(0, qt, torch.from_numpy(b[:30].copy()))
         qw.set_rows(30, qt, torch.from_numpy(b[30:].copy()))
         outs[on] = qw(x)
         assert np.all(np.abs(outs[on].numpy() - ref) <= bound), on
-        assert qw(x.view(7, 10, 192)).shape == (7, 10, 45)
+        assert qw(x.view(7, 10, k)).shape == (7, 10, 45)
         assert (qw._plan is not None and qw._plan.any_m) == (on and kern.best_level >= 1)
         assert qw.segments[0].x8 == (on and kern.best_level >= 1)
     if kern.best_level >= 1:
-        direct = kern.matmul_x8(qt, x, kern.repack_x8(qt, torch.from_numpy(b), 192),
+        direct = kern.matmul_x8(qt, x, kern.repack_x8(qt, torch.from_numpy(b), k),
                                 torch.empty(70, 45))
         assert torch.equal(outs[True], direct)
         assert not torch.equal(outs[True], outs[False])  # int16 activations vs float sgemm
