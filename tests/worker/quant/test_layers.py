@@ -86,9 +86,12 @@ def test_fused_parts_of_mixed_types_from_a_gguf_file(tmp_path):
     raw_q = srcs["q"].raw_rows(0, 4 * d)
     assert np.array_equal(segs[0].data.numpy(), raw_q)  # the file's bytes, unchanged
     ref = torch.cat([as_float(srcs[n]) for n in "qkv"])
-    for m in (1, 3, 40):  # GEMV (int16 activations), 4 rows at a time, dequantize + sgemm
+    for m in (1, 3, 40):  # GEMV, 4 rows at a time, prefill: the x8 kernels (int16 activations)
         x = torch.randn(m, hidden)
-        assert_product(layer(x), x, ref, 1e-4 if m < 16 else 1e-5)
+        assert_product(layer(x), x, ref, 1e-4)
+    layer.qweight.policy = QuantPolicy("gguf", x8_prefill=False)
+    x = torch.randn(40, hidden)  # prefill by dequantize + sgemm (float32 sums)
+    assert_product(layer(x), x, ref, 1e-5)
     layer.qweight.policy = QuantPolicy("gguf", activations="float32")
     for m in (1, 3):  # GEMV and the tiled path, float activations
         x = torch.randn(m, hidden)

@@ -219,12 +219,13 @@ def test_two_group_tile_is_bit_identical_to_the_one_group_kernel(kern, name):
     qt = QTYPES[name]
     rng = np.random.default_rng(7)
     try:
-        for n, nb in ((8, 1), (23, 2), (40, 5), (129, 48)):
-            k = 32 * nb
+        last = 48 if qt.block == 32 else 6  # K=1536
+        for n, nb in ((8, 1), (23, 2), (40, 5), (129, last)):
+            k = qt.block * nb
             b, wref = blocks_of(name, n, k, seed=n + 2)
             x8 = kern.repack_x8(qt, torch.from_numpy(b), k)
             for m in (2, 3, 4, 5, 9, 150):
-                if m == 150 and nb != 48:
+                if m == 150 and nb != last:
                     continue
                 x = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32))
                 ref = x.double().numpy() @ wref.T
@@ -250,22 +251,23 @@ def test_prefill_runs_the_x8_kernels(kern, name):
     activations, through the one-call plan) unless x8_prefill is off: then a dequantized copy and
     torch's sgemm. Both match the reference; the x8 one equals the kernel called directly."""
     qt = QTYPES[name]
-    b, wref = blocks_of(name, 45, 192, seed=5)
-    x = torch.randn(70, 192)
+    k = 192 if qt.block == 32 else 256
+    b, wref = blocks_of(name, 45, k, seed=5)
+    x = torch.randn(70, k)
     ref = x.double().numpy() @ wref.T
     bound = 1e-4 * (np.abs(x.double().numpy()) @ np.abs(wref).T) + 1e-6
     outs = {}
     for on in (True, False):
-        qw = QuantizedWeight(45, 192, QuantPolicy(name, x8_prefill=on), kern)
+        qw = QuantizedWeight(45, k, QuantPolicy(name, x8_prefill=on), kern)
         qw.set_rows(0, qt, torch.from_numpy(b[:30].copy()))
         qw.set_rows(30, qt, torch.from_numpy(b[30:].copy()))
         outs[on] = qw(x)
         assert np.all(np.abs(outs[on].numpy() - ref) <= bound), on
-        assert qw(x.view(7, 10, 192)).shape == (7, 10, 45)
+        assert qw(x.view(7, 10, k)).shape == (7, 10, 45)
         assert (qw._plan is not None and qw._plan.any_m) == (on and kern.best_level >= 1)
         assert qw.segments[0].x8 == (on and kern.best_level >= 1)
     if kern.best_level >= 1:
-        direct = kern.matmul_x8(qt, x, kern.repack_x8(qt, torch.from_numpy(b), 192),
+        direct = kern.matmul_x8(qt, x, kern.repack_x8(qt, torch.from_numpy(b), k),
                                 torch.empty(70, 45))
         assert torch.equal(outs[True], direct)
         assert not torch.equal(outs[True], outs[False])  # int16 activations vs float sgemm
