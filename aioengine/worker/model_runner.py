@@ -73,6 +73,7 @@ class ModelRunner:
         if self.uses_gemv_kernel:  # decode streams the weights: huge pages read ~1.6x faster
             gemv.huge_page_weights(self.model)
         set_kernel_threads(None)  # torch's count, unless measured below
+        self.kernel_threads_measured = False  # True: measured at this load, not read back
         if config.num_threads is None and self.device.type == "cpu":
             self._pick_kernel_threads(resolved.model_path)
         self.decode_kernel = select_decode_kernel(config.cpu_decode_attention, self.device,
@@ -124,7 +125,7 @@ class ModelRunner:
                "mtime_ns": st.st_mtime_ns, "quantization": self.config.quantization,
                "layout": layout, "kernel": kernel_path, "rank": self.rank,
                "world_size": self.world_size}
-        n, _ = cached_fastest_count(key, budget, run)
+        n, self.kernel_threads_measured = cached_fastest_count(key, budget, run)
         set_kernel_threads(n)
         gemv.set_threads(n)  # the same pool: a quantized model's float matrices too
 

@@ -183,6 +183,7 @@ def test_our_child_reports_the_default_threads_and_the_x8_switch() -> None:
     assert 1 <= on["threads"] <= usable_cpus()
     assert on["torch_threads"] == threads_per_rank(EngineConfig(model="tiny"), 1)
     assert off["threads"] == off["torch_threads"] == off["kernel_threads"] == 2
+    assert on["threads_measured"] in (0, 1) and off["threads_measured"] == 0  # none to measure
     assert on["decode_tok_s"] > 0 and "prefill_tok_s" not in on
 
 

@@ -1,7 +1,8 @@
 """No process of the peers suite outlives it: the real bench's serving half (our server, and
 llama-server where ``$AIOENGINE_LLAMA_CPP`` names a build) stopped by SIGTERM (``timeout``),
-SIGINT (Ctrl-C) and SIGKILL while the servers are up; and ``procs``' launcher on its own
-(whole process groups, timeouts, the parent-death signal)."""
+SIGINT (Ctrl-C) and SIGKILL while the servers are up; ``procs``' launcher on its own (whole
+process groups, timeouts, the parent-death signal); and the ``serve`` suite's engine going with
+a terminated or killed bench."""
 
 from __future__ import annotations
 
@@ -125,16 +126,17 @@ def test_the_bench_takes_its_servers_down(signum: int, aioengine_cache: str) -> 
 _PARENT = textwrap.dedent("""
     import sys, time
     from aioengine.bench.peers import procs
-    # a group of two: the leader shell and its own child
-    child = procs.popen(["sh", "-c", "sleep 300 & wait"])
-    print(child.pid, flush=True)
+    # a group of two: the leader shell (which takes a second to go on SIGTERM) and its child
     with procs.guarded():
+        child = procs.popen(["sh", "-c", "trap 'sleep 1; exit 0' TERM; sleep 300 & wait"])
+        print(child.pid, flush=True)
         time.sleep(300)
 """)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_launched_group_dies_with_its_parent(signum: int) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL, "twice"],
+                         ids=["sigterm", "sigkill", "sigterm-twice"])
+def test_a_launched_group_dies_with_its_parent(signum) -> None:
     parent = subprocess.Popen([sys.executable, "-c", _PARENT], cwd=ROOT, text=True,
                               stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert parent.stdout is not None
@@ -144,6 +146,10 @@ def test_a_launched_group_dies_with_its_parent(signum: int) -> None:
         while len([p for p, (_, g, _) in _proc_table().items() if g == pgid]) < 2:
             assert time.monotonic() < deadline, "the group did not start"
             time.sleep(0.05)
+        if signum == "twice":  # the second lands while the first unwinds: no effect
+            parent.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            signum = signal.SIGTERM
         parent.send_signal(signum)
         parent.wait(30)
         if signum == signal.SIGTERM:
@@ -184,3 +190,36 @@ def test_run_stops_a_child_that_times_out() -> None:
     assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
     with pytest.raises(subprocess.CalledProcessError):
         procs.run(["false"], timeout=30, check=True)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_the_serve_suite_takes_its_engine_down(signum: int) -> None:
+    """``bench serve`` starts no server: its engine processes watch their parent and go with
+    the bench, whatever killed it."""
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "aioengine.bench", "serve", "--quick", "--model", "tiny",
+         "--no-progress"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    pids: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while not any(_comm(p).startswith("aioengine-engin") for p in pids):
+            assert time.monotonic() < deadline and bench.poll() is None, "no engine started"
+            time.sleep(0.1)
+            pids = _descendants(bench.pid)
+        os.kill(bench.pid, signum)
+        bench.wait(60)
+        assert _wait_gone(pids, set(), 30) == []
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        _kill_left(pids, set())
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

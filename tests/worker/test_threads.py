@@ -119,12 +119,14 @@ def test_a_quantized_model_runs_on_the_measured_count_and_num_threads_wins(quiet
     assert [r["threads"] for _, r in mine] == [n], mine
     path, _ = mine[0]
     stamp = path.stat().st_mtime_ns
-    ModelRunner(config)  # a warm start reads it back
+    warm = ModelRunner(config)  # a warm start reads it back
     assert threads.kernel_threads() == n and path.stat().st_mtime_ns == stamp
+    assert not warm.kernel_threads_measured
     for explicit in (1, 2):
-        ModelRunner(EngineConfig(model="tiny", device="cpu", dtype="float32",
-                                 quantization="q8_0", num_threads=explicit))
+        runner = ModelRunner(EngineConfig(model="tiny", device="cpu", dtype="float32",
+                                          quantization="q8_0", num_threads=explicit))
         assert threads.kernel_threads() == torch.get_num_threads() == explicit
+        assert not runner.kernel_threads_measured
 
 
 def _model_path(config: EngineConfig) -> str:

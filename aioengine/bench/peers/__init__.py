@@ -24,7 +24,8 @@ type, e.g. ``q4_1.decode_tok_s_t1``), A/B alternated per round:
 - ``default_threads`` and ``decode_tok_s_tdefault``: the threads our engine's linears run on
   when ``num_threads`` is unset (what ``python -m aioengine.serve`` uses: picked at load, per
   machine and model) and the decode at that default; llama.cpp's row is its figure at the same
-  count;
+  count; ``default_threads_measured``: 1 where the child measured that count at its start (no
+  cached one yet, or a busy machine), 0 where it read it back (median over rounds);
 - ``prefill512_tok_s_t{1,2}``: one 512-token prompt (llama-bench ``-p 512 -n 0``);
 - ``read_gbytes_per_s_{huge,4k}_t{T}`` (``machine``): the read bandwidth at T threads of 2 MiB
   transparent huge pages and of 4 KiB pages (``child.read_bandwidth``: one GEMV pass over 256
@@ -201,6 +202,8 @@ def file_rows(quant: str, path: str, bindir: Path | None, sizes: Sizes, options:
                 got = ours_child({**spec, "threads": None, "decode_only": True}, env)
                 n = int(got["threads"])
                 add(OURS, "default_threads", n, "threads")
+                # 1: measured at this start (no cache yet, or a busy machine), 0: read back
+                add(OURS, "default_threads_measured", got["threads_measured"], "fraction")
                 add(OURS, "decode_tok_s_tdefault", got["decode_tok_s"])
                 add(OURS, "x8_fraction", got["x8_fraction"], "fraction")
                 add(OURS, "float_fraction", got["float_fraction"], "fraction")

@@ -168,7 +168,8 @@ def linear_threads(runner: Any) -> dict[str, int]:
     else:
         threads = gemv.threads() if runner.uses_gemv_kernel else torch.get_num_threads()
     return {"threads": threads, "torch_threads": torch.get_num_threads(),
-            "gemv_threads": gemv.threads(), "kernel_threads": kernel_threads()}
+            "gemv_threads": gemv.threads(), "kernel_threads": kernel_threads(),
+            "threads_measured": int(runner.kernel_threads_measured)}
 
 
 def weight_layout(model: Any) -> dict[str, float]:

@@ -148,10 +148,17 @@ def run(cmd: Sequence[str], *, timeout: float, check: bool = False,
     return done
 
 
+_terminating = False
+
+
 def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    global _terminating
     pgids = list(_live)  # no lock: the main thread this runs on may hold it
     for pgid in pgids:  # at once; the unwinding's ``finally`` blocks wait for them
         _signal_group(pgid, signal.SIGTERM)
+    if _terminating:  # a second SIGTERM must not cut the waiting short (SIGKILL does)
+        return
+    _terminating = True
     os.write(2, f"peers: terminated by signal {signum}: stopping {len(pgids)} child "
                 f"process group(s)\n".encode())
     raise Terminated(signum)
@@ -162,9 +169,11 @@ def guarded() -> Iterator[None]:
     """SIGTERM unwinds (``Terminated``) while inside, and every child still registered at the
     end is stopped. The outermost use on the main thread does both; nested ones (and any off
     the main thread, where no handler can be installed) nothing."""
+    global _terminating
     install = threading.current_thread() is threading.main_thread() \
         and signal.getsignal(signal.SIGTERM) is not _on_sigterm
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if install else None
+    _terminating = _terminating and not install
     try:
         yield
     finally:

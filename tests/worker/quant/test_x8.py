@@ -215,17 +215,17 @@ def test_isa_env_caps_the_code_path(kern, monkeypatch):
 def test_two_group_tile_is_bit_identical_to_the_one_group_kernel(kern, name):
     """The tile that computes two groups x 4 rows per pass (M > 1: batched decode, prefill)
     gives the one-group kernel's outputs bit for bit, on every path, thread count, odd row count
-    (a lone last group, a padded one) and M across several M-blocks (K=1536: 68-row blocks)."""
+    (a lone last group, a padded one) and M across several M-blocks (K=1536: 68-row blocks).
+    K-quants (256-value blocks) run one group at a time at every M: the same check holds."""
     qt = QTYPES[name]
     rng = np.random.default_rng(7)
     try:
-        last = 48 if qt.block == 32 else 6  # K=1536
-        for n, nb in ((8, 1), (23, 2), (40, 5), (129, last)):
-            k = qt.block * nb
+        for n, nb in ((8, 1), (23, 2), (40, 5), (129, 48)):
+            k = 32 * nb if qt.block == 32 else 256 * max(1, nb // 8)
             b, wref = blocks_of(name, n, k, seed=n + 2)
             x8 = kern.repack_x8(qt, torch.from_numpy(b), k)
             for m in (2, 3, 4, 5, 9, 150):
-                if m == 150 and nb != last:
+                if m == 150 and nb != 48:
                     continue
                 x = torch.from_numpy(rng.standard_normal((m, k)).astype(np.float32))
                 ref = x.double().numpy() @ wref.T
@@ -251,7 +251,7 @@ def test_prefill_runs_the_x8_kernels(kern, name):
     activations, through the one-call plan) unless x8_prefill is off: then a dequantized copy and
     torch's sgemm. Both match the reference; the x8 one equals the kernel called directly."""
     qt = QTYPES[name]
-    k = 192 if qt.block == 32 else 256
+    k = 192 if qt.block == 32 else 512
     b, wref = blocks_of(name, 45, k, seed=5)
     x = torch.randn(70, k)
     ref = x.double().numpy() @ wref.T
