@@ -151,15 +151,13 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
             engine_out = payload[DETOK_NAME]["output_url"]
         launch = EngineLaunch(config.to_msgpack(), engine_in, engine_out)
         spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode(), env=model_process_env())
-        if config.detokenize_in == "process":
-            await to_thread(supervisor.spawn, spec)
-            waiting = to_thread(supervisor.wait_ready, config.startup_timeout, [ENGINE_NAME])
-        else:
-            waiting = to_thread(supervisor.start, [spec], config.startup_timeout)
+        await to_thread(supervisor.spawn, spec)
         # The host's tokenizer loads while the engine imports torch and loads the model
-        # (SmolLM2's: ~0.25 s that came after READY); both are waited for, the engine first.
+        # (SmolLM2's: ~0.25 s that came after READY), after the spawn (the load holds the
+        # GIL); both are waited for, the engine first.
         payload, tokenizer = await backend.gather(
-            waiting, _tokenizer(backend, resolved.tokenizer_path if load_tokenizer else None),
+            to_thread(supervisor.wait_ready, config.startup_timeout, [ENGINE_NAME]),
+            _tokenizer(backend, resolved.tokenizer_path if load_tokenizer else None),
             return_exceptions=True)
         for outcome in (payload, tokenizer):
             if isinstance(outcome, BaseException):

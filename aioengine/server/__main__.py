@@ -27,17 +27,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from aiohttp import web
-
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
 from aioengine.field_args import add_field_args, values_from_args
 from aioengine.hub import served_model_name
 from aioengine.server.accept_log import guard_descriptors
-from aioengine.server.app import ServerSettings, create_app
 from aioengine.server.auth import API_KEY_ENV, collect_keys
 from aioengine.server.client_slot import ClientSlot
 from aioengine.server.hosts import LOOPBACK_HOSTS, all_loopback
 from aioengine.server.restart import EngineDied, Restarter
+from aioengine.server.settings import ServerSettings
 from aioengine.server.tool_parsers import parser_names
 
 logger = logging.getLogger("aioengine.serve")
@@ -207,8 +205,13 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
 
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
+    # The server's own imports (aiohttp, jinja2, the routes: ~0.4 s) run in a thread while the
+    # engine process starts (its torch import and model load take seconds), not before it.
+    app_imports = asyncio.ensure_future(asyncio.to_thread(_server_imports))
+    app_imports.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen once
     try:
         async with AsyncMPClient(config) as first:
+            web, create_app = await app_imports
             # The app reads the client through the slot: --on-engine-death restart swaps a
             # fresh engine's client in. The app drains its generations itself
             # (ServerSettings.shutdown_grace_period); aiohttp's own wait is a backstop for the
@@ -247,6 +250,14 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
                 signal.signal(sig, previous[sig])
         for sock in socks:
             sock.close()
+
+
+def _server_imports() -> tuple[Any, Any]:
+    from aiohttp import web
+
+    from aioengine.server.app import create_app
+
+    return web, create_app
 
 
 async def _until_stopped(slot: ClientSlot, stop: asyncio.Event, on_engine_death: str,

@@ -11,16 +11,20 @@ import hashlib
 import hmac
 import os
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-from aiohttp.typedefs import Middleware
+if TYPE_CHECKING:  # aiohttp is imported where the middleware is made: ``python -m
+    # aioengine.serve`` reads its arguments (collect_keys) and starts the engine while the
+    # server's own imports (aiohttp, jinja2: ~0.4 s) run in a thread
+    from aiohttp import web
+    from aiohttp.typedefs import Middleware
 
-from aioengine.server.errors import ApiError
+    from aioengine.server.errors import ApiError
+
+    Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 API_KEY_ENV = "AIOENGINE_API_KEY"
 OPEN_PATHS = frozenset({"/health", "/metrics"})  # for probes and scrapers, unless closed too
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _digest(key: str) -> bytes:
@@ -59,6 +63,8 @@ def api_key_middleware(keys: Iterable[str], protect_open_paths: bool = False) ->
     if not digests or any(not k for k in keys):
         raise ValueError("API keys must be non-empty strings")
 
+    from aiohttp import web
+
     @web.middleware
     async def check_api_key(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method == "OPTIONS" or (request.path in OPEN_PATHS
@@ -79,4 +85,6 @@ def api_key_middleware(keys: Iterable[str], protect_open_paths: bool = False) ->
 
 
 def _unauthorized(message: str) -> ApiError:
+    from aioengine.server.errors import ApiError
+
     return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})

@@ -11,15 +11,16 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-from aiohttp.typedefs import Middleware
+if TYPE_CHECKING:  # aiohttp is imported where the middleware is made: ``python -m
+    # aioengine.serve`` uses all_loopback before the server's imports (see auth.py)
+    from aiohttp import web
+    from aiohttp.typedefs import Middleware
 
-from aioengine.server.errors import ApiError
+    Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def all_loopback(socks: Iterable[socket.socket]) -> bool:
@@ -31,6 +32,10 @@ def allowed_hosts_middleware(hosts: Iterable[str]) -> Middleware:
     """400 ``invalid_host`` for a request whose ``Host`` names none of ``hosts`` (names
     without port; ``*`` allows any)."""
     allowed = {h.lower().strip("[]") for h in hosts}
+
+    from aiohttp import web
+
+    from aioengine.server.errors import ApiError
 
     @web.middleware
     async def check_host(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -8,7 +8,6 @@ import logging
 
 from aioengine import AsyncMPClient, EngineConfig, EngineStartupError
 from aioengine.server.client_slot import ClientSlot
-from aioengine.server.errors import first_line
 
 logger = logging.getLogger("aioengine.serve")
 
@@ -36,6 +35,8 @@ class Restarter:
                       up_for: float) -> bool:
         """Put a started client in ``slot``: True; False when ``stop`` was set meanwhile.
         ``EngineDied`` once the streak reaches the cap."""
+        from aioengine.server.errors import first_line  # aiohttp: not before the engine starts
+
         if up_for >= self.STREAK_RESET_S:
             self.streak = 0
         slot.restarting = True

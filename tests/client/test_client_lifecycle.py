@@ -256,28 +256,35 @@ def test_sync_client_backend_errors() -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_host_tokenizer_loads_while_the_engine_starts(backend: str, monkeypatch) -> None:
     """``start()`` loads the host's tokenizer while the engine process imports torch and loads
-    the model (it used to load after READY): the load begins before the supervisor's wait for
-    READY returns, runs once, and the client uses that tokenizer."""
+    the model (it used to load after READY): after the engine is spawned (the load holds the
+    GIL and would delay the spawn), before the wait for READY returns; once, and the client
+    uses that tokenizer."""
     from aioengine.client.tokenizer import Tokenizer
     from aioengine.runtime import Supervisor
 
-    events: list[tuple[str, float]] = []
+    events: list[str] = []
     loaded: list[Tokenizer] = []
-    real_from_dir, real_start = Tokenizer.from_dir.__func__, Supervisor.start
+    real_from_dir = Tokenizer.from_dir.__func__
+    real_spawn, real_wait = Supervisor.spawn, Supervisor.wait_ready
 
     def from_dir(cls: type[Tokenizer], path: str) -> Tokenizer:
-        events.append(("tokenizer", time.monotonic()))
+        events.append("tokenizer")
         loaded.append(real_from_dir(cls, path))
         return loaded[-1]
 
-    def start(self: Supervisor, *args: Any, **kw: Any) -> Any:
+    def spawn(self: Supervisor, *args: Any, **kw: Any) -> Any:
+        events.append("spawn")
+        return real_spawn(self, *args, **kw)
+
+    def wait_ready(self: Supervisor, *args: Any, **kw: Any) -> Any:
         try:
-            return real_start(self, *args, **kw)
+            return real_wait(self, *args, **kw)
         finally:
-            events.append(("ready", time.monotonic()))
+            events.append("ready")
 
     monkeypatch.setattr(Tokenizer, "from_dir", classmethod(from_dir))
-    monkeypatch.setattr(Supervisor, "start", start)
+    monkeypatch.setattr(Supervisor, "spawn", spawn)
+    monkeypatch.setattr(Supervisor, "wait_ready", wait_ready)
 
     async def run() -> Tokenizer:
         async with AsyncMPClient(tiny_config("shm")) as client:
@@ -286,5 +293,5 @@ def test_the_host_tokenizer_loads_while_the_engine_starts(backend: str, monkeypa
             return client.tokenizer
 
     tok = anyio.run(run, backend=backend)
-    assert [name for name, _ in events] == ["tokenizer", "ready"], events
+    assert events == ["spawn", "tokenizer", "ready"], events
     assert loaded == [tok]

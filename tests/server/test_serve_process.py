@@ -28,6 +28,20 @@ def test_host_process_never_imports_torch():
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
+def test_the_program_starts_the_engine_before_the_server_imports():
+    """``aioengine.server.__main__`` reads its arguments, binds and spawns the engine without
+    aiohttp: the server's imports (~0.4 s) run in a thread while the engine starts. The
+    package's ``create_app`` is still there, imported on first use."""
+    code = ("import sys, aioengine.server.__main__ as m;"
+            "assert 'aiohttp' not in sys.modules, 'aiohttp imported';"
+            "web, create_app = m._server_imports();"
+            "import aioengine.server as s;"
+            "assert s.create_app is create_app and 'aiohttp' in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_bad_engine_flag_is_a_usage_error():
     r = subprocess.run([sys.executable, "-m", "aioengine.serve", "--max-num-seqs", "0"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
