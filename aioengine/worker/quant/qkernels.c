@@ -1710,7 +1710,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
 /* 8 outputs of group gp for MR x rows (x row i: xq + i*n32 etc.), out[i*8 + r] */
 /* NA independent integer accumulators per x row (the sums of a block are otherwise one long
  * dependency chain: vpdpwssd's latency made the VNNI kernel slower than AVX2's before) */
-#define X8_KERNEL(NAME, TARGET, MADD_ACC, NA1, NA3)                                          \
+#define X8_KERNEL(NAME, TARGET, MADD_ACC, SPARE, NA1, NA3)                                   \
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
@@ -1733,7 +1733,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
                     __m256i u[3] = {_mm256_and_si256(v, m5),                                 \
                                     _mm256_and_si256(_mm256_srli_epi16(v, 5), m5),           \
                                     _mm256_and_si256(_mm256_srli_epi16(v, 10), m5)};         \
-                    hb = _mm256_or_si256(hb, _mm256_slli_epi16(_mm256_srli_epi16(v, 15), c)); \
+                    hb = SPARE(hb, v, c);                                                    \
                     for (int h = 0; h < 3; h++)                                              \
                         for (int i = 0; i < MR; i++) {                                       \
                             int a = (3 * c + h) % NA;                                        \
@@ -1798,10 +1798,15 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
 #define X8_NA_VNNI 4
 #endif
 #define MADD_AVX2(s, a, b) _mm256_add_epi32((s), _mm256_madd_epi16((a), (b)))
-X8_KERNEL(x8_kernel_avx2, AVX2, MADD_AVX2, X8_NA_AVX2, 1)
+/* Q5_0's spare bit 15 of chunk c's words into bit c of hb (values 30, 31) */
+#define SPARE_AVX2(hb, v, c) _mm256_or_si256((hb), _mm256_slli_epi16(_mm256_srli_epi16((v), 15), (c)))
+X8_KERNEL(x8_kernel_avx2, AVX2, MADD_AVX2, SPARE_AVX2, X8_NA_AVX2, 1)
 #define VNNI __attribute__((target("avx512f,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define MADD_VNNI(s, a, b) _mm256_dpwssd_epi32((s), (a), (b))
-X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, X8_NA_VNNI, 2)
+/* the same in two instructions: hb | (v >> (15 - c) & (1 << c)) as one ternary-logic op */
+#define SPARE_VNNI(hb, v, c)                                                                  \
+    _mm256_ternarylogic_epi32((hb), _mm256_srli_epi16((v), 15 - (c)), _mm256_set1_epi16(1 << (c)), 0xF8)
+X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, X8_NA_VNNI, 2)
 
 /* one instantiation per (type, MR) so the loops above unroll with constants */
 #define X8_CASES(KERNEL)                                                                      \

@@ -187,6 +187,10 @@ def test_int8_activations_refuse_k_quants(kern):
     with pytest.raises(QuantKernelError, match="int8 activations are implemented for q8_0"):
         kern.matmul(QTYPES["q4_k"], torch.randn(1, 256), torch.from_numpy(b), torch.empty(1, 2),
                     activations="int8")
+    b5, _ = blocks_of("q5_0", 2, 64)
+    with pytest.raises(QuantKernelError, match="int8 activations are implemented for q8_0"):
+        kern.matmul(QTYPES["q5_0"], torch.randn(1, 64), torch.from_numpy(b5), torch.empty(1, 2),
+                    activations="int8")
     with pytest.raises(QuantKernelError, match="activations must be one of"):
         kern.matmul(QTYPES["q4_k"], torch.randn(1, 256), torch.from_numpy(b), torch.empty(1, 2),
                     activations="int4")

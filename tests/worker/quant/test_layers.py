@@ -95,6 +95,28 @@ def test_fused_parts_of_mixed_types_from_a_gguf_file(tmp_path):
         assert_product(layer(x), x, ref, 1e-5)
 
 
+def test_k_quant_shards_in_x8_sum_to_the_full_product(tmp_path):
+    """Q4_K / Q6_K down projections split over 2 ranks at a 256-value super-block boundary, each
+    shard in the x8 layout: the partial products add up to the whole (decode and prefill M)."""
+    rng = np.random.default_rng(2)
+    srcs = write_gguf(tmp_path / "k.gguf", {
+        name: (name, rng.standard_normal((72, 512)).astype(np.float32))
+        for name in ("q4_k", "q6_k")})
+    for name, src in srcs.items():
+        ref = as_float(src)
+        for m in (1, 5, 40):
+            h = torch.randn(m, 512)
+            total = torch.zeros(m, 72, dtype=torch.float64)
+            for rank in range(2):
+                down = RowParallelLinear(512, 72, False, TPInfo(rank, 2), torch.float32, "cpu")
+                down.quantize(QuantPolicy("gguf"))
+                down.load(src)
+                part = h[:, rank * 256:(rank + 1) * 256]
+                total += down.qweight(part).double()
+                seg = down.qweight.segments[0]
+                assert (seg.qtype.name, seg.x8) == (name, True)
+            assert_product(total, h, ref, 1e-4)
+
 def test_tensor_parallel_shards_sum_to_the_full_product(tmp_path):
     """Column-parallel ranks take row ranges; row-parallel ranks cut each row at a block
     boundary and their partial products add up to the whole."""
