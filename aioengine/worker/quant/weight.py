@@ -63,9 +63,10 @@ class QuantPolicy:
     q8_0/q4_0/q4_1 segments (other types use int16)."""
     sgemm_min_rows: int = SGEMM_MIN_ROWS
     x8: bool = field(default_factory=lambda: os.environ.get(X8_ENV, "1") != "0")
-    """Keep Q4_0/Q4_1/Q8_0 weights in the interleaved x8 layout (8 rows' blocks side by side,
-    made on first use) when the activations are int16: the GEMV's fast path. False: the file's
-    row layout (A/B comparisons); the default is False where ``AIOENGINE_QUANT_X8=0``."""
+    """Keep weights of the x8 types (``kernel.X8_TYPES``) in the interleaved x8 layout (8 rows'
+    blocks side by side, made on first use) when the activations are int16: the GEMV's fast
+    path. False: the file's row layout (A/B comparisons); the default is False where
+    ``AIOENGINE_QUANT_X8=0``."""
     x8_prefill: bool = field(default_factory=lambda: os.environ.get(X8_PREFILL_ENV, "1") != "0")
     """x8 weights compute every M (prefill too) with the x8 kernels; False: from
     ``sgemm_min_rows`` rows on, a dequantized copy and torch's sgemm (A/B; the default is False
