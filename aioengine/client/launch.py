@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -83,7 +84,7 @@ class EngineProcess:
         """Close our channels first (the engine sees its peer go and leaves its loop at once),
         then stop the processes (in a thread of ``backend``'s: it joins them)."""
         close_quietly(self.requests, self.outputs)
-        await backend.to_thread(self.supervisor.shutdown)
+        await stop_surely(backend, self.supervisor.shutdown)
 
     def close_sync(self) -> None:
         """For a ``weakref.finalize`` when the owner forgot to shut down."""
@@ -99,6 +100,18 @@ def close_quietly(*endpoints: Any) -> None:
             ep.close()
         except Exception:
             logger.exception("closing %r failed", ep)
+
+
+async def stop_surely(backend: Backend, stop: Callable[[], None]) -> None:
+    """Run the blocking ``stop`` in a thread of its own and wait for it. Cancelling the wait
+    cannot keep it from running: a cancelled ``to_thread`` whose job is still queued in the
+    loop's executor never runs it, and under an anyio cancel scope (a blocking client's
+    interrupted start) every await of the cleanup is cancelled again. Were the engine's stop
+    lost so, the loop's close would wait for ``wait_ready`` until the start-up timeout."""
+    thread = threading.Thread(target=stop, name="aioengine-stop")
+    thread.start()  # not a daemon: the interpreter's exit waits for the children to stop
+    with backend.shielded():
+        await backend.to_thread(thread.join)
 
 
 def channel_urls(transport: str) -> tuple[str, str]:
@@ -164,8 +177,7 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
                 raise outcome
         ready = EngineReady.from_payload(payload[ENGINE_NAME])
     except BaseException:
-        with backend.shielded():  # under trio, a cancelled start still stops what it started
-            await to_thread(supervisor.shutdown)
+        await stop_surely(backend, supervisor.shutdown)  # a cancelled start too
         close_quietly(requests, outputs)
         raise
     return EngineProcess(supervisor, requests, outputs, ready, resolved, tokenizer)
