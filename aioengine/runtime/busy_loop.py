@@ -126,9 +126,17 @@ def run_busy_loop(target: TargetRef, args: bytes, events: Connection, parent_pid
         raise RuntimeError("run_busy_loop must run in the child's main thread")
     set_process_title(name)
     shutdown = ShutdownSignal()
+    # While the target is built and initialised (imports, model load: seconds, more on a cold
+    # or busy machine) a SIGTERM unwinds that work at once, as Ctrl-C would; later it only
+    # requests the stop, which the loop honours between steps.
+    starting = False
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal starting
         shutdown.request(f"received {signal.Signals(signum).name}")
+        if starting:
+            starting = False  # once: the unwinding and its cleanup run to the end
+            raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, on_signal)
     # SIGINT is a terminal's Ctrl-C, sent to the whole process group: our parent got it too,
@@ -148,18 +156,26 @@ def run_busy_loop(target: TargetRef, args: bytes, events: Connection, parent_pid
     instance: BusyLoopTarget | None = None
     code = 0
     try:
-        made = resolve_target(target)(args)
-        if not isinstance(made, BusyLoopTarget):
-            raise TypeError(f"target factory {target!r} returned {type(made).__name__}, "
-                            "not a BusyLoopTarget")
-        instance = made
-        sender.send_ready(instance.init(ctx))
+        starting = True
+        try:
+            if shutdown.requested:  # a SIGTERM came before we were ready to unwind
+                raise SystemExit(0)
+            made = resolve_target(target)(args)
+            if not isinstance(made, BusyLoopTarget):
+                raise TypeError(f"target factory {target!r} returned {type(made).__name__}, "
+                                "not a BusyLoopTarget")
+            instance = made
+            payload = instance.init(ctx)
+        finally:
+            starting = False
+        sender.send_ready(payload)
         logger.debug("%s (pid %d) ready", name, os.getpid())
         while not shutdown.requested:
             instance.step(ctx)
         logger.debug("%s: leaving the loop: %s", name, shutdown.reason)
     except BaseException as exc:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
+            logger.debug("%s: stopped: %s", name, shutdown.reason or "SystemExit")
             code = 0
         else:
             logger.error("%s failed: %s: %s", name, type(exc).__name__, exc)

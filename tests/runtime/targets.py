@@ -119,6 +119,31 @@ def slow_init(raw: bytes) -> SlowInit:
     return SlowInit(_args(raw))
 
 
+def busy_factory(raw: bytes) -> Idle:
+    """Builds for a minute without looking at the shutdown flag (as an import or a model load
+    does), then would be an ``Idle``."""
+    _busy(60)
+    return Idle(_args(raw))
+
+
+class BusyInit(Idle):
+    """``init`` works for a minute without looking at the shutdown flag."""
+
+    def init(self, ctx: LoopContext) -> dict[str, Any]:
+        _busy(60)
+        return super().init(ctx)
+
+
+def busy_init(raw: bytes) -> BusyInit:
+    return BusyInit(_args(raw))
+
+
+def _busy(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(10_000))
+
+
 class BadPayload(Idle):
     def init(self, ctx: LoopContext) -> Any:
         return self.args["payload"] if "payload" in self.args else {"obj": object()}

@@ -108,6 +108,26 @@ def test_sigterm_after_startup_interrupts_a_slow_init_cleanly():
     assert sup.exitcode("aioengine-test-slow") == 0  # its handler woke init's wait
 
 
+@pytest.mark.parametrize("target", ["busy_factory", "busy_init"])
+def test_sigterm_stops_a_start_up_that_does_not_look_at_the_flag(target, tmp_path):
+    # Imports and model loads never look at the shutdown flag: a SIGTERM during start-up
+    # unwinds them, so the child stops itself (exit 0, cleanup run when it had an instance)
+    # instead of being SIGKILLed after the grace period, or outliving a parent that gave up.
+    marker = tmp_path / "cleaned"
+    sup = Supervisor(shutdown_grace=30)
+    sup.spawn(ChildSpec("aioengine-test-busy", f"tests.runtime.targets:{target}",
+                        encode_args(marker=str(marker))))
+    deadline = time.monotonic() + 60
+    while not sup.events("aioengine-test-busy") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # inside the factory / init by now
+    sup.shutdown()  # SIGTERM, then up to 30 s before a SIGKILL
+    assert sup.exitcode("aioengine-test-busy") == 0
+    assert [e.type for e in sup.events("aioengine-test-busy")] == [
+        EventType.STARTUP, EventType.SHUTDOWN, EventType.DEAD]
+    assert marker.exists() == (target == "busy_init")
+
+
 @pytest.mark.parametrize("kwargs, error, needle", [
     ({"name": "", "target": "a.b:c"}, ValueError, "non-empty printable"),
     ({"name": "x", "target": "a.b.c"}, ValueError, "package.module:factory"),
