@@ -1,7 +1,8 @@
 """The template every child process runs (engine, worker, tokenizer, detokenizer).
 
 ``child_main`` is the spawn entry point; ``run_busy_loop`` does the work: report STARTUP,
-install a SIGTERM handler that only requests shutdown (SIGINT is ignored: the parent decides),
+install a SIGTERM handler that requests shutdown (and unwinds the start-up itself while the
+target is built and initialised; SIGINT is ignored: the parent decides),
 watch the parent, build the target, ``init`` it, report READY, call ``step`` until shutdown is
 requested, and on every exit path report SHUTDOWN, run ``cleanup`` and report DEAD. An exception
 reports ERROR first.
