@@ -82,7 +82,7 @@ class EngineProcess:
 
     async def close(self, backend: Backend) -> None:
         """Close our channels first (the engine sees its peer go and leaves its loop at once),
-        then stop the processes (in a thread of ``backend``'s: it joins them)."""
+        then stop the processes (``stop_surely``: it joins them)."""
         close_quietly(self.requests, self.outputs)
         await stop_surely(backend, self.supervisor.shutdown)
 

@@ -27,6 +27,7 @@ from aioengine.client.launch import (
     EngineReady,
     channel_urls,
     close_quietly,
+    stop_surely,
 )
 from aioengine.config import EngineConfig
 from aioengine.hub import resolve_model
@@ -107,7 +108,8 @@ async def launch_ray_replicas(config: EngineConfig, replicas: list[Replica],
         raise EngineStartupError(f"cannot start an engine for model {config.model!r}: {e}") \
             from e
     loop = backend.loop
-    results = await asyncio.gather(*(_launch_one(ray, config, r, resolved) for r in replicas),
+    results = await asyncio.gather(*(_launch_one(ray, config, r, resolved, backend)
+                                     for r in replicas),
                                    return_exceptions=True)
     started = [e for e in results if isinstance(e, EngineProcess)]
     failures = [e for e in results if isinstance(e, BaseException)]
@@ -123,8 +125,8 @@ async def launch_ray_replicas(config: EngineConfig, replicas: list[Replica],
     return started
 
 
-async def _launch_one(ray: Any, config: EngineConfig, replica: Replica,
-                      resolved: Any) -> EngineProcess:
+async def _launch_one(ray: Any, config: EngineConfig, replica: Replica, resolved: Any,
+                      backend: AsyncioBackend) -> EngineProcess:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from aioengine.client.dp.ray_actor import ReplicaActor
@@ -171,7 +173,7 @@ async def _launch_one(ray: Any, config: EngineConfig, replica: Replica,
     except BaseException:
         close_quietly(requests, outputs)
         if actor is not None:
-            await asyncio.to_thread(RayEngineHandle(ray, actor, group, 0, "").shutdown)
+            await stop_surely(backend, RayEngineHandle(ray, actor, group, 0, "").shutdown)
         else:
             ray.util.remove_placement_group(group)
         raise
