@@ -2591,37 +2591,13 @@ int qk_matmul_segs(const qk_seg *segs, int nseg, const float *x, int64_t ldx, in
 /* The F32 "type": y[M, N] = x[M, K] @ W[N, K]^T for float32 W in torch's nn.Linear layout (no
  * repacking; the same tensor serves torch's GEMM for prefill), for decode-sized M. Batch-1
  * decode reads every weight once and does two flops per weight: memory-bound. One W row at a
- * time with eight-wide FMAs into four accumulators, a single sequential stream per thread
- * (measured on the 2-core EPYC: 24 GB/s on one thread, a plain read's speed, where four rows
- * interleaved gave 14 GB/s); for M > 1 the row is reused from L1 for every x row. Rows go
+ * time, a single sequential stream per thread (measured on the 2-core EPYC: four rows
+ * interleaved gave 14 GB/s where one row at a time gave 24, a plain read's speed; two rows
+ * interleaved lost too); for M > 1 the row is reused from L1 for every x row. Rows go
  * over the same pool as the quantized kernels in chunks of 32 (one pool per process: the
  * issue's "never oversubscribe"). Formerly its own library, aioengine/worker/gemv/gemv_f32.c. */
 
 #define F32_CHUNK_ROWS 32
-
-#if QK_X86
-AVX2 static void f32_row_avx2(const float *x, int64_t ldx, int64_t m, const float *wr, int64_t k,
-                              float *y, int64_t ldy) {
-    for (int64_t mi = 0; mi < m; mi++) {
-        const float *xr = x + mi * ldx;
-        int64_t i = 0;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (; i + 32 <= k; i += 32) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(xr + i), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 8), _mm256_loadu_ps(xr + i + 8), a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 16), _mm256_loadu_ps(xr + i + 16),
-                                 a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 24), _mm256_loadu_ps(xr + i + 24),
-                                 a3);
-        }
-        for (; i + 8 <= k; i += 8)
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(xr + i), a0);
-        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (; i < k; i++) s += wr[i] * xr[i];
-        y[mi * ldy] = s;
-    }
-}
-#endif
 
 static void f32_row_scalar(const float *x, int64_t ldx, int64_t m, const float *wr, int64_t k,
                            float *y, int64_t ldy) {
@@ -2642,12 +2618,14 @@ static void f32_row_scalar(const float *x, int64_t ldx, int64_t m, const float *
 }
 
 #if QK_X86
-/* AVX-512 (level 2): rows in groups of 8. Each row is one sequential pass, 32 floats a step
- * into two accumulators; its 16 lanes fold to 8 and wait, and the group's 8 rows are reduced
- * together by one hadd tree to one 8-float store: no horizontal sum per row on the stream's
- * path. Measured on the 2-core EPYC over SmolLM2's decode pass (huge pages, one thread): 31 GB/s
- * where the one-row AVX2 loop gave 26 and a plain vector sum of the same bytes 32.5
- * (/tmp/f32/kb.c in the f32 notes). For M > 1, a row is reused from L1 for up to 8 x rows. */
+/* AVX2 (level 1) and AVX-512 (level 2): rows in groups of 8. Each row is one sequential pass, 32
+ * floats a step into four (AVX2) or two (AVX-512) accumulators folded to 8 lanes that wait, and
+ * the group's 8 rows are reduced together by one hadd tree to one 8-float store: no horizontal
+ * sum per row on the stream's path. Measured over SmolLM2's decode pass (huge pages, one
+ * thread): on an AVX-512 EPYC 31 GB/s where a one-row AVX2 loop with a horizontal sum per row
+ * gave 26 and a plain vector sum of the same bytes 32.5; on an AVX2-only EPYC the grouped AVX2
+ * loop ran 1.07-1.12x that one-row loop at one thread and 1.16x at two (software prefetch
+ * ahead of the stream lost 0-10%). For M > 1, a row is reused from L1 for up to 8 x rows. */
 AVX2 static inline __m256 f32_red8(const __m256 *v) {
     __m256 h0 = _mm256_hadd_ps(v[0], v[1]), h1 = _mm256_hadd_ps(v[2], v[3]);
     __m256 h2 = _mm256_hadd_ps(v[4], v[5]), h3 = _mm256_hadd_ps(v[6], v[7]);
@@ -2678,32 +2656,57 @@ AVX512 static inline __m256 f32_dot8_avx512(const float *xr, const float *wr, in
                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a0), 1)));
 }
 
-AVX512 static void f32_rows_avx512(const float *x, int64_t ldx, int64_t m, const float *w,
-                                   int64_t k, float *y, int64_t ldy, int64_t r0, int64_t r1) {
-    __m256 v[8][8]; /* [x row][W row of the group] */
-    for (int64_t r = r0; r < r1; r += 8) {
-        const int rows = r1 - r < 8 ? (int)(r1 - r) : 8;
-        for (int64_t m0 = 0; m0 < m; m0 += 8) {
-            const int ms = m - m0 < 8 ? (int)(m - m0) : 8;
-            for (int q = 0; q < 8; q++) {
-                for (int mi = 0; mi < ms; mi++)
-                    v[mi][q] = q < rows ? f32_dot8_avx512(x + (m0 + mi) * ldx, w + (r + q) * k, k)
-                                        : _mm256_setzero_ps();
-            }
-            for (int mi = 0; mi < ms; mi++) {
-                __m256 s = f32_red8(v[mi]);
-                float *yr = y + (m0 + mi) * ldy + r;
-                if (rows == 8) {
-                    _mm256_storeu_ps(yr, s);
-                } else {
-                    float o[8];
-                    _mm256_storeu_ps(o, s);
-                    for (int q = 0; q < rows; q++) yr[q] = o[q];
-                }
-            }
-        }
+AVX2 static inline __m256 f32_dot8_avx2(const float *xr, const float *wr, int64_t k) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= k; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(xr + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 8), _mm256_loadu_ps(xr + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 16), _mm256_loadu_ps(xr + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i + 24), _mm256_loadu_ps(xr + i + 24), a3);
     }
+    for (; i + 8 <= k; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(xr + i), a0);
+    if (i < k) {
+        const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(k - i)),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        a1 = _mm256_fmadd_ps(_mm256_maskload_ps(wr + i, tail), _mm256_maskload_ps(xr + i, tail),
+                             a1);
+    }
+    return _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
 }
+
+/* rows r0..r1 of y = x W^T, in groups of 8, through one of the dot8 functions above */
+#define F32_ROWS(NAME, TARGET, DOT8)                                                           \
+    TARGET static void NAME(const float *x, int64_t ldx, int64_t m, const float *w, int64_t k, \
+                            float *y, int64_t ldy, int64_t r0, int64_t r1) {                  \
+        __m256 v[8][8]; /* [x row][W row of the group] */                                     \
+        for (int64_t r = r0; r < r1; r += 8) {                                                 \
+            const int rows = r1 - r < 8 ? (int)(r1 - r) : 8;                                   \
+            for (int64_t m0 = 0; m0 < m; m0 += 8) {                                            \
+                const int ms = m - m0 < 8 ? (int)(m - m0) : 8;                                 \
+                for (int q = 0; q < 8; q++) {                                                  \
+                    for (int mi = 0; mi < ms; mi++)                                            \
+                        v[mi][q] = q < rows ? DOT8(x + (m0 + mi) * ldx, w + (r + q) * k, k)    \
+                                            : _mm256_setzero_ps();                             \
+                }                                                                              \
+                for (int mi = 0; mi < ms; mi++) {                                              \
+                    __m256 s = f32_red8(v[mi]);                                                \
+                    float *yr = y + (m0 + mi) * ldy + r;                                       \
+                    if (rows == 8) {                                                           \
+                        _mm256_storeu_ps(yr, s);                                               \
+                    } else {                                                                   \
+                        float o[8];                                                            \
+                        _mm256_storeu_ps(o, s);                                                \
+                        for (int q = 0; q < rows; q++) yr[q] = o[q];                           \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+F32_ROWS(f32_rows_avx2, AVX2, f32_dot8_avx2)
+F32_ROWS(f32_rows_avx512, AVX512, f32_dot8_avx512)
 #endif
 
 typedef struct {
@@ -2723,16 +2726,13 @@ static void f32_job(void *a, int c, int nchunks) {
         f32_rows_avx512(j->x, j->ldx, j->m, j->w, j->k, j->y, j->ldy, lo, hi);
         return;
     }
-#endif
-    for (int64_t r = lo; r < hi; r++) {
-#if QK_X86
-        if (j->level >= 1) {
-            f32_row_avx2(j->x, j->ldx, j->m, j->w + r * j->k, j->k, j->y + r, j->ldy);
-            continue;
-        }
-#endif
-        f32_row_scalar(j->x, j->ldx, j->m, j->w + r * j->k, j->k, j->y + r, j->ldy);
+    if (j->level == 1) {
+        f32_rows_avx2(j->x, j->ldx, j->m, j->w, j->k, j->y, j->ldy, lo, hi);
+        return;
     }
+#endif
+    for (int64_t r = lo; r < hi; r++)
+        f32_row_scalar(j->x, j->ldx, j->m, j->w + r * j->k, j->k, j->y + r, j->ldy);
 }
 
 /* y[m, ldy] (columns 0..n) = x[m, ldx] (columns 0..k) @ W[n, k]^T, float32 W */
