@@ -42,6 +42,14 @@ from aioengine.worker.sampler_ops import (
 from aioengine.worker.sampler_state import SequenceState
 
 
+def greedy_tokens(logits: torch.Tensor) -> list[int]:
+    """Each row's argmax (the first on ties, as torch's). CPU float32 rows go through numpy's
+    SIMD argmax: ~10 us over a 49152 vocabulary against torch's ~90 (0.5% of a batch-1
+    SmolLM2 step on one thread)."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return logits.detach().numpy().argmax(axis=-1).tolist()
+    return logits.argmax(dim=-1).tolist()
+
 @dataclass(slots=True)
 class SamplerOutput:
     token_ids: list[int]
@@ -88,7 +96,7 @@ class Sampler:
             plain &= not (s.has_penalty or s.params.logprobs is not None or s.masks_stop_now
                           or s.logit_bias_ids)
         if all_greedy and plain and bitmask is None:
-            return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * n)
+            return SamplerOutput(greedy_tokens(logits), [None] * n)
         if bitmask is not None and (len(bitmask.data) != len(bitmask.rows) * bitmask.words * 4
                                     or any(not 0 <= r < n for r in bitmask.rows)):
             raise ValueError(f"grammar bitmask of {len(bitmask.data)} bytes for rows "

@@ -205,6 +205,34 @@ def test_metadata_for_the_kernel(kernel):
         build_attention_metadata([(0, 1, [0])], 4, "meta", decode_kernel=kernel)
 
 
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_decode_only_metadata_equals_the_general_path(kernel, window):
+    """A step of decodes alone takes a shortcut (every index from Python ints): each index equals
+    the general path's, with and without a sliding window; bad tables are still refused."""
+    chunks = [(7, 1, [1, 2, 9]), (2, 1, [3]), (12, 1, [4, 6, 8, 5]), (0, 1, [11])]
+    fast = build_attention_metadata(chunks, 4, decode_kernel=kernel, sliding_window=window)
+    general = build_attention_metadata(chunks, 4, sliding_window=window)
+    for name in ("positions", "slot_mapping", "query_start_loc", "context_lens", "block_tables",
+                 "last_token_index"):
+        assert torch.equal(getattr(fast, name), getattr(general, name)), name
+    assert (fast.num_tokens, fast.num_seqs, fast.prefills) == (4, 4, [])
+    assert fast.slot_mapping.tolist() == [2 * 4 + 3, 3 * 4 + 2, 5 * 4 + 0, 11 * 4]
+    dec = fast.decode
+    assert dec.token_index is None and dec.kernel is kernel
+    assert torch.equal(dec.context_lens, general.context_lens)
+    assert torch.equal(dec.block_tables, general.block_tables)
+    assert dec.window_starts is None  # the full-attention layers'
+    if window is None:
+        assert fast.windowed is None
+    else:  # the windowed layers' own metadata: first key of each window
+        assert fast.windowed.decode.window_starts.tolist() == [3, 0, 8, 0]
+        assert torch.equal(fast.windowed.slot_mapping, general.slot_mapping)
+    with pytest.raises(ValueError, match="block ids must be >= 0"):
+        build_attention_metadata([(0, 1, [-1])], 4, decode_kernel=kernel)
+    with pytest.raises(ValueError, match="chunk 1: block table has 1 blocks"):
+        build_attention_metadata([(0, 1, [0]), (4, 1, [1])], 4, decode_kernel=kernel)
+
 def _inputs() -> dict:
     hq, hkv, d, bs = 4, 2, 32, 4
     return {"q": torch.randn(2, hq, d), "kv_cache": torch.randn(2, hkv, 10, bs, d),

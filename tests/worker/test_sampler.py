@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from aioengine.messages.sampling_params import SamplingParams
-from aioengine.worker.sampler import Sampler
+from aioengine.worker.sampler import Sampler, greedy_tokens
 from aioengine.worker.sampler_ops import (
     TOP_P_CANDIDATES,
     _sorted_cut,
@@ -264,3 +264,21 @@ def test_half_precision_logits() -> None:
     out = Sampler(16).sample(logits, [st(SamplingParams(temperature=0.0, logprobs=1)),
                                       st(SamplingParams(top_p=0.5)), st(SamplingParams())])
     assert out.token_ids[0] == logits.float().argmax(-1)[0].item()
+
+
+def test_greedy_tokens_equal_torch_argmax_on_ties_nan_and_strided_rows():
+    """The numpy argmax of the greedy fast path picks what torch's argmax picks: the first
+    maximum on ties, the first NaN, on a column slice of wider logits, and on other dtypes."""
+    wide = torch.randn(5, 50, generator=torch.Generator().manual_seed(3))
+    wide[1, 7] = wide[1, 30] = 100.0  # a tie
+    wide[2, 9] = float("nan")
+    wide[2, 4] = float("nan")
+    wide[3, :] = 0.0
+    logits = wide[:, :40]
+    assert greedy_tokens(logits) == logits.argmax(dim=-1).tolist() == [
+        int(logits[0].argmax()), 7, 4, 0, int(logits[4].argmax())]
+    half = logits.to(torch.bfloat16)
+    assert greedy_tokens(half) == half.argmax(dim=-1).tolist()
+    with torch.inference_mode():
+        inf = torch.randn(3, 40)
+        assert greedy_tokens(inf) == inf.argmax(dim=-1).tolist()
