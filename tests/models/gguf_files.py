@@ -1,7 +1,7 @@
 """Write small GGUF files the way llama.cpp's converter lays them out (tensor names from the
 gguf package's map, Llama's q/k rows permuted, blocks quantized by gguf.quants), with SmolLM2's
-tokenizer metadata, so architectures and tensor types without a real file here are tested
-against transformers reading the same file."""
+tokenizer metadata cut to its first VOCAB tokens, so architectures and tensor types without a
+real file here are tested against transformers reading the same file."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from typing import Any
 import gguf
 import numpy as np
 
-# Small random models; the vocab is SmolLM2's (its tokenizer is copied into each file).
-VOCAB = 49152
+# Small random models; the vocab is SmolLM2's first VOCAB tokens (its tokenizer, cut there, is
+# copied into each file). The whole 49152 cost ~5 s per read of a file on the 2-core box, and each
+# test reads its file 5-6 times (our converter 3, transformers 2-3): 20-30 s a test. SmolLM2's
+# merge i builds token 252 + i, so its first VOCAB - 252 merges build exactly these tokens.
+VOCAB = 5120
 BASE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
         "rms_norm_eps": 1e-6, "rope_theta": 10000.0}
@@ -64,12 +67,20 @@ def _permute(w: np.ndarray, heads: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=2)
 def _tokenizer_fields(path: str) -> dict[str, Any]:
-    """The tokenizer metadata of the GGUF file at ``path``, read once per test process:
-    ``GGUFReader`` takes ~4 s over SmolLM2's 49k tokens and merges, and every file written
-    here copies them."""
+    """The tokenizer metadata of the GGUF file at ``path`` cut to its first VOCAB tokens (and
+    the merges among them), read once per test process: ``GGUFReader`` takes ~4 s over
+    SmolLM2's 49k tokens and merges, and every file written here copies them."""
     fields = gguf.GGUFReader(path).fields
-    return {key: field.contents() for key, field in fields.items()
-            if key.startswith("tokenizer.")}
+    out = {key: field.contents() for key, field in fields.items()
+           if key.startswith("tokenizer.")}
+    tokens = out["tokenizer.ggml.tokens"][:VOCAB]
+    kept = set(tokens)
+    out["tokenizer.ggml.tokens"] = tokens
+    out["tokenizer.ggml.token_type"] = out["tokenizer.ggml.token_type"][:VOCAB]
+    out["tokenizer.ggml.merges"] = [m for m in out["tokenizer.ggml.merges"]
+                                    if {*m.split(" ", 1), m.replace(" ", "", 1)} <= kept]
+    assert len(out["tokenizer.ggml.merges"]) == VOCAB - 252  # SmolLM2's layout (above)
+    return out
 
 
 def _copy_tokenizer(writer: gguf.GGUFWriter, source: str) -> None:

@@ -64,24 +64,32 @@ def test_missing_and_unexpected_tensors_are_named(tmp_path, smollm2_file: str) -
         load_model(resolve_model(extra), device="cpu")
 
 
-def test_directory_with_one_or_several_files(tmp_path, smollm2_file: str) -> None:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    one = str(folder / "a.gguf")
-    write_gguf(one, "llama", hf_tensors("llama", True), smollm2_file, Q.F32)
-    assert find_gguf(str(folder)) == one
-    assert resolve_model(str(folder)).load_format_hint == "gguf"
-    shutil.copy(one, folder / "b.gguf")
-    with pytest.raises(ValueError, match=r"holds 2 GGUF files \['a.gguf', 'b.gguf'\]: pass "
-                                         "the path of one of them"):
-        resolve_model(str(folder))
-
-
-def test_load_format_must_fit_the_file(tmp_path, smollm2_file: str) -> None:
-    path = str(tmp_path / "m.gguf")
+@pytest.fixture(scope="module")
+def plain_gguf(tmp_path_factory: pytest.TempPathFactory, smollm2_file: str) -> str:
+    """A complete llama file, alone in its folder, shared by the tests below: the first
+    resolve converts it (a child interpreter, seconds), the next reads the cache."""
+    path = str(tmp_path_factory.mktemp("models") / "a.gguf")
     write_gguf(path, "llama", hf_tensors("llama", True), smollm2_file, Q.F32)
+    return path
+
+
+def test_directory_with_one_or_several_files(plain_gguf: str) -> None:
+    folder = os.path.dirname(plain_gguf)
+    assert find_gguf(folder) == plain_gguf
+    assert resolve_model(folder).load_format_hint == "gguf"
+    second = os.path.join(folder, "b.gguf")
+    shutil.copy(plain_gguf, second)
+    try:
+        with pytest.raises(ValueError, match=r"holds 2 GGUF files \['a.gguf', 'b.gguf'\]: "
+                                             "pass the path of one of them"):
+            resolve_model(folder)
+    finally:
+        os.unlink(second)  # the folder holds one file again for the other tests
+
+
+def test_load_format_must_fit_the_file(plain_gguf: str) -> None:
     with pytest.raises(ValueError, match="load_format 'safetensors' given for the GGUF file"):
-        load_model(path, device="cpu", load_format="safetensors")
+        load_model(plain_gguf, device="cpu", load_format="safetensors")
     with pytest.raises(ValueError, match="load_format 'gguf' needs a GGUF file; 'tiny'"):
         load_model("tiny", device="cpu", load_format="gguf")
 

@@ -29,11 +29,16 @@ from tests.worker.step_driver import StepDriver
 from tests.worker.test_model_runner import hf_greedy, hf_model, prompt  # noqa: F401
 
 CC = shutil.which("cc")
+# The compilers these tests wrap build at -O0 (the last -O wins): the tests are about the cache,
+# not the machine code, and the kernel's -O3 build takes ~9 s of CPU on the 2-core box (-O0:
+# ~1.5 s); three tests build it twice each. The result still loads as the kernel.
+FAST_CC = f'{CC} "$@" -O0'
 needs_cc = pytest.mark.skipif(CC is None, reason="needs a C compiler (cc)")
 
 
 def wrapper(tmp: Path, name: str, body: str) -> str:
-    """A compiler script around the real ``cc``: logs each compile to ``<tmp>/<name>.log``."""
+    """A compiler script around the real ``cc``: logs each compile to ``<tmp>/<name>.log``
+    (``FAST_CC`` in ``body`` compiles at -O0)."""
     path = tmp / name
     path.write_text(f"#!/bin/sh\ncase \"$1\" in --version) exec {CC} \"$@\";; esac\n"
                     f"echo compile >> {tmp / name}.log\n{body}\n")
@@ -55,7 +60,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @needs_cc
 def test_build_is_cached_and_keyed_by_the_compiler(tmp_path, cache):
-    cc = wrapper(tmp_path, "cc1", f'exec {CC} "$@"')
+    cc = wrapper(tmp_path, "cc1", f"exec {FAST_CC}")
     first = ensure_built(cc)
     assert first.parent == cache / "kernels" and compiles(tmp_path, "cc1") == 1
     assert ensure_built(cc) == first and compiles(tmp_path, "cc1") == 1  # reused, not rebuilt
@@ -63,8 +68,8 @@ def test_build_is_cached_and_keyed_by_the_compiler(tmp_path, cache):
     PagedDecodeKernel(str(first))  # loads
     # Another compiler version is another key: a new build beside the old one.
     other = tmp_path / "cc2"
-    other.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo other-cc 99;; *) exec {CC} "
-                     "\"$@\";; esac\n")
+    other.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo other-cc 99;; *) exec "
+                     f"{FAST_CC};; esac\n")
     other.chmod(0o755)
     second = ensure_built(str(other))
     assert second != first and second.is_file() and first.is_file()
@@ -81,7 +86,7 @@ def test_compiler_version_runs_once_per_compiler_file(tmp_path, cache):
 
     def write(tag: str) -> None:
         script.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo v >> {tmp_path}/v.log; "
-                          f"echo {tag}; exit 0;; esac\nexec {CC} \"$@\"\n")
+                          f"echo {tag}; exit 0;; esac\nexec {FAST_CC}\n")
         script.chmod(0o755)
 
     def versions() -> int:
@@ -113,7 +118,7 @@ def test_concurrent_first_builds_from_two_processes(tmp_path, cache):
     sync = tmp_path / "sync"
     sync.mkdir()
     cc = wrapper(tmp_path, "slowcc", f'touch {sync}/$$\ni=0\nwhile [ "$(ls {sync} | wc -l)" '
-                 f'-lt 2 ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done\nexec {CC} "$@"')
+                 f'-lt 2 ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done\nexec {FAST_CC}')
     env = os.environ | {"AIOENGINE_CACHE": str(cache)}
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, cc], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
