@@ -50,6 +50,7 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
         return logits.detach().numpy().argmax(axis=-1).tolist()
     return logits.argmax(dim=-1).tolist()
 
+
 @dataclass(slots=True)
 class SamplerOutput:
     token_ids: list[int]

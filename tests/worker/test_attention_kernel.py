@@ -205,7 +205,6 @@ def test_metadata_for_the_kernel(kernel):
         build_attention_metadata([(0, 1, [0])], 4, "meta", decode_kernel=kernel)
 
 
-
 @pytest.mark.parametrize("window", [None, 5])
 def test_decode_only_metadata_equals_the_general_path(kernel, window):
     """A step of decodes alone takes a shortcut (every index from Python ints): each index equals
@@ -232,6 +231,7 @@ def test_decode_only_metadata_equals_the_general_path(kernel, window):
         build_attention_metadata([(0, 1, [-1])], 4, decode_kernel=kernel)
     with pytest.raises(ValueError, match="chunk 1: block table has 1 blocks"):
         build_attention_metadata([(0, 1, [0]), (4, 1, [1])], 4, decode_kernel=kernel)
+
 
 def _inputs() -> dict:
     hq, hkv, d, bs = 4, 2, 32, 4

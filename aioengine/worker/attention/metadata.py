@@ -239,20 +239,18 @@ def _kernel_decodes(starts: list[int], tables: list[Sequence[int]], flat: list[i
     n = len(starts)
     slots = [t[s // block_size] * block_size + s % block_size for s, t in zip(starts, tables,
                                                                             strict=True)]
-    rows = torch.arange(n)
     ctx_t = torch.tensor([s + 1 for s in starts], dtype=torch.long)
     decode = DecodeGroup(None, [], kernel=kernel,
                          block_tables=torch.tensor(flat, dtype=torch.long).view(n, max_blocks),
                          context_lens=ctx_t)
     if window is not None:
         decode.window_starts = (ctx_t - window).clamp(min=0)
-    meta = AttentionMetadata(
+    return AttentionMetadata(
         num_tokens=n, num_seqs=n, block_size=block_size,
         positions=torch.tensor(starts, dtype=torch.long),
         slot_mapping=torch.tensor(slots, dtype=torch.long), query_start_loc=torch.arange(n + 1),
-        context_lens=ctx_t, block_tables=decode.block_tables, last_token_index=rows,
+        context_lens=ctx_t, block_tables=decode.block_tables, last_token_index=torch.arange(n),
         decode=decode, prefills=[])
-    return meta
 
 
 def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
