@@ -262,3 +262,30 @@ def test_attention_by_head_ranges_equals_one_call():
     for h in range(hkv):
         assert call(h, h + 1) == 0
     assert torch.equal(out, whole)
+
+
+@pytest.mark.parametrize("variant", ["llama3-tied", "qwen2-window"])
+def test_prefill_through_the_gemv_kernel_matches_torchs_gemm(tmp_path, monkeypatch, variant):
+    """With more kernel threads than torch's, every row count of a float linear takes the
+    kernel (prefill chunks, mixed steps): the same tokens as torch's GEMM, logits equal to
+    float rounding."""
+    make_hf_model(variant, str(tmp_path), seed=5)
+    model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu")
+    monkeypatch.setattr(threads_mod, "_kernel_threads", None)
+    old_torch, old_gemv = torch.get_num_threads(), gemv.threads()
+    torch.set_num_threads(1)
+    try:
+        gemv.set_threads(1)
+        assert gemv.max_kernel_rows() == gemv.MAX_ROWS
+        torchs = _schedule(model, cfg)
+        gemv.set_threads(2)
+        assert gemv.max_kernel_rows() > 1 << 30
+        kernels = _schedule(model, cfg)
+    finally:
+        torch.set_num_threads(old_torch)
+        gemv.set_threads(old_gemv)
+    for a, b in zip(kernels.seqs, torchs.seqs, strict=True):
+        assert a.tokens == b.tokens
+        assert a.logits.keys() == b.logits.keys()
+        for p, logits in a.logits.items():
+            torch.testing.assert_close(logits, b.logits[p], rtol=1e-4, atol=1e-4)

@@ -17,7 +17,7 @@ def kernel() -> gemv.GemvKernel:
     return gemv.GemvKernel(str(gemv.ensure_built()))
 
 
-@pytest.mark.parametrize("m", [1, 2, 3, 8])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 13, 64])
 @pytest.mark.parametrize("n,k", [(1, 1), (7, 5), (33, 31), (96, 64), (200, 576), (1000, 1537)])
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_matches_torch_linear(kernel: gemv.GemvKernel, m: int, n: int, k: int,
@@ -30,7 +30,7 @@ def test_matches_torch_linear(kernel: gemv.GemvKernel, m: int, n: int, k: int,
 
 
 @pytest.mark.parametrize("level", [0, 1, 2])
-@pytest.mark.parametrize("m", [1, 3, 9])
+@pytest.mark.parametrize("m", [1, 3, 9, 20])
 @pytest.mark.parametrize("n,k", [(5, 15), (8, 16), (9, 17), (17, 33), (23, 47), (40, 64),
                                  (65, 95), (130, 576)])
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -38,7 +38,7 @@ def test_every_code_path_matches_float64(kernel: gemv.GemvKernel, level: int, m:
                                          k: int, threads: int) -> None:
     """Each compiled path this CPU runs (portable, AVX2, AVX-512 with its 8-row groups and
     masked K tail) against a float64 product: row counts off the group of 8, K off 16 and 32,
-    more x rows than a group holds."""
+    more x rows than a group holds (AVX2: 9 and 20 take the prefill tile's chunks of 6)."""
     if level > kernel.best_level:
         pytest.skip(f"this CPU lacks code path {level}")
     g = torch.Generator().manual_seed(n * 1000 + k * 10 + m)
@@ -73,6 +73,21 @@ def test_linear_takes_the_kernel_only_for_a_few_float32_rows() -> None:
         xb, wb = torch.randn(1, 32, dtype=torch.bfloat16), w.bfloat16()
         torch.testing.assert_close(gemv.linear(xb, wb), F.linear(xb, wb))  # torch's path
         assert not gemv.configure("cpu", torch.bfloat16, 2)
+    finally:
+        gemv.configure("cpu", torch.float32, 1)
+
+
+def test_every_row_count_takes_the_kernel_only_while_its_pool_outnumbers_torchs() -> None:
+    torch_threads = torch.get_num_threads()
+    assert gemv.configure("cpu", torch.float32, torch_threads)
+    try:
+        assert gemv.max_kernel_rows() == gemv.MAX_ROWS
+        gemv.set_threads(torch_threads + 1)
+        assert gemv.max_kernel_rows() > 1 << 30
+        w, x = torch.randn(70, 100), torch.randn(300, 100)
+        torch.testing.assert_close(gemv.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-4)
+        gemv.set_threads(torch_threads)
+        assert gemv.max_kernel_rows() == gemv.MAX_ROWS
     finally:
         gemv.configure("cpu", torch.float32, 1)
 

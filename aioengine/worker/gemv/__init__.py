@@ -29,11 +29,12 @@ logger = logging.getLogger(__name__)
 
 SOURCE = _qkernel.SOURCE
 MAX_ROWS = 8
-"""Up to this many rows of x take the kernel; more take torch's GEMM (prefill, big batches),
-which reuses each weight across rows better than a GEMV can."""
+"""Up to this many rows of x always take the kernel. More (prefill, big batches) take torch's
+GEMM, which reaches ~1.2x the kernel's flops per thread at 128+ rows (MKL, measured on the
+2-core EPYC), unless the kernel's pool has more threads than torch's: then every row count
+takes the kernel (see ``max_kernel_rows``)."""
 DISABLE_ENV = "AIOENGINE_CPU_GEMV"
 """``0`` turns the kernel off (torch's F.linear everywhere), for A/B measurements."""
-"""``0`` leaves the float weights where the loader put them (no huge-page arena), for A/B."""
 HUGE_PAGE = 2 << 20
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
@@ -100,6 +101,22 @@ class GemvKernel:
 
 _kernel: GemvKernel | None = None
 _threads = 1
+_max_rows = MAX_ROWS
+
+
+def max_kernel_rows() -> int:
+    """The most rows of x ``linear`` hands the kernel: ``MAX_ROWS``, or any number while the
+    kernel's pool has more threads than torch's. On CPU torch keeps a core free by default (its
+    OpenMP threads spin, and slow everything else down, when the cores are oversubscribed),
+    while the kernel's pool may use every core where that measured faster; with twice torch's
+    threads the kernel outruns torch's GEMM at every row count, so a prefill or a mixed
+    prefill-and-decode step goes through it too."""
+    return _max_rows
+
+
+def _set_max_rows() -> None:
+    global _max_rows
+    _max_rows = MAX_ROWS if _threads <= torch.get_num_threads() else 1 << 62
 
 
 def configure(device: torch.device | str, dtype: torch.dtype, threads: int) -> bool:
@@ -108,6 +125,7 @@ def configure(device: torch.device | str, dtype: torch.dtype, threads: int) -> b
     cannot be built here is one warning and torch's GEMM."""
     global _kernel, _threads
     _threads = max(1, min(256, threads))
+    _set_max_rows()
     if torch.device(device).type != "cpu" or dtype != torch.float32 \
             or os.environ.get(DISABLE_ENV, "1") == "0":
         _kernel = None
@@ -185,6 +203,7 @@ def kernel_path() -> str | None:
 def set_threads(n: int) -> None:
     global _threads
     _threads = max(1, min(256, n))
+    _set_max_rows()
 
 
 def threads() -> int:
@@ -195,7 +214,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, through the kernel for a few rows of CPU float32 input."""
     k = _kernel
-    if (k is not None and x.dim() == 2 and x.shape[0] <= MAX_ROWS
+    if (k is not None and x.dim() == 2 and x.shape[0] <= _max_rows
             and x.dtype == torch.float32 and weight.dtype == torch.float32
             and x.device.type == "cpu" and x.stride(-1) == 1 and weight.is_contiguous()):
         return k(x, weight, bias, _threads)
