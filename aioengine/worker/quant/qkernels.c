@@ -2756,7 +2756,9 @@ f32_tile_avx2(const float *x, int64_t ldx, const float *w, int64_t ldw, int64_t 
             for (int r = 0; r < R; r++) wv[r] = _mm256_loadu_ps(w + r * ldw + i + 8 * u);
 #pragma GCC unroll 8
             for (int mi = 0; mi < M; mi++) {
-                const __m256 xv = _mm256_loadu_ps(x + mi * ldx + i + 8 * u);
+                __m256 xv = _mm256_loadu_ps(x + mi * ldx + i + 8 * u);
+                if (R > 1) /* one load for both W rows: else GCC folds it into each FMA */
+                    __asm__("" : "+x"(xv));
 #pragma GCC unroll 2
                 for (int r = 0; r < R; r++)
                     acc[u][r][mi] = _mm256_fmadd_ps(wv[r], xv, acc[u][r][mi]);
