@@ -50,7 +50,7 @@ from aioengine.messages.engine_io import (
     UtilityCall,
     UtilityResult,
 )
-from aioengine.messages.launch import EngineLaunch
+from aioengine.messages.launch import EngineLaunch, engine_channel_capacity
 from aioengine.runtime.busy_loop import BusyLoopTarget, LoopContext
 from transports import (
     ChannelClosedError,
@@ -108,6 +108,7 @@ class EngineProc(BusyLoopTarget):
         la = self.launch
         self._reader = open_reader(la.input_url, bind=False, connect_timeout=la.connect_timeout)
         self._writer = open_writer(la.output_url, bind=False,
+                                   capacity=engine_channel_capacity(la.output_url),
                                    connect_timeout=la.connect_timeout)
         self.core = EngineCore(self.config)
         for name, fn in (("engine-input", self._input_loop), ("engine-output",
