@@ -8,23 +8,25 @@ from aioengine.messages.launch import ENGINE_RING_BYTES, engine_channel_capacity
 from tests.client.conftest import tiny_config
 
 
-def _ring_mappings() -> list[int]:
-    """Sizes of this process's mappings of shm rings."""
-    sizes = []
+def _ring_mappings() -> dict[str, int]:
+    """This process's mappings of shm rings: address range -> size."""
+    rings = {}
     with open("/proc/self/maps") as f:
         for line in f:
             if "memfd:aioengine-shm" in line:
-                start, end = line.split()[0].split("-")
-                sizes.append(int(end, 16) - int(start, 16))
-    return sizes
+                where = line.split()[0]
+                start, end = where.split("-")
+                rings[where] = int(end, 16) - int(start, 16)
+    return rings
 
 
 def test_engine_channels_get_small_rings() -> None:
-    before = len(_ring_mappings())
+    before = _ring_mappings()
     with LLM(tiny_config("shm")) as llm:
-        sizes = _ring_mappings()[before:]
         out = llm.generate(["hello"] * 3, SamplingParams(max_tokens=4, ignore_eos=True),
                            use_tqdm=False)
+        # (after a round trip: the output ring is mapped once the engine has connected)
+        sizes = [size for where, size in _ring_mappings().items() if where not in before]
     assert [len(o.token_ids) for o in out] == [4, 4, 4]
     assert len(sizes) == 2  # requests and outputs
     assert all(ENGINE_RING_BYTES <= s <= ENGINE_RING_BYTES + 65536 for s in sizes), sizes
