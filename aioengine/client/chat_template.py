@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+# jinja2 is imported where a template is compiled or rendered: the server imports this module
+# before it spawns the engine, and its templates are compiled with the tokenizer, after it.
 
 ChatMessage = Mapping[str, Any]
 
@@ -42,6 +41,9 @@ class ChatTemplate:
 
     def __init__(self, source: str, *, bos_token: str | None = None,
                  eos_token: str | None = None) -> None:
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                             extensions=[jinja2.ext.loopcontrols])
         env.filters["tojson"] = _tojson
@@ -58,6 +60,8 @@ class ChatTemplate:
     def render(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True,
                tools: Sequence[Mapping[str, Any]] | None = None,
                **extra: Any) -> str:
+        import jinja2
+
         check_messages(messages)
         try:
             return self._template.render(

@@ -21,7 +21,13 @@ from aioengine.client.backend_types import Backend
 from aioengine.client.tokenizer import Tokenizer
 from aioengine.config import EngineConfig
 from aioengine.hub import ResolvedModel, resolve_model
-from aioengine.messages.launch import DETOK_TARGET, ENGINE_TARGET, DetokLaunch, EngineLaunch
+from aioengine.messages.launch import (
+    DETOK_TARGET,
+    ENGINE_TARGET,
+    DetokLaunch,
+    EngineLaunch,
+    engine_channel_capacity,
+)
 from aioengine.runtime import ChildSpec, EngineDeadError, EngineStartupError, Supervisor
 from aioengine.runtime.errors import describe_exitcode
 from aioengine.runtime.heap_env import model_process_env
@@ -150,7 +156,8 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
     outputs: AsyncReader | None = None
     supervisor = Supervisor(death)
     try:
-        requests = await open_async_writer(req_url, bind=True)
+        requests = await open_async_writer(req_url, bind=True,
+                                           capacity=engine_channel_capacity(req_url))
         outputs = await open_async_reader(out_url, bind=True)
         engine_in, engine_out = requests.address, outputs.address
         if config.detokenize_in == "process":

@@ -11,15 +11,18 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sniffio
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders
 
 from aioengine.client.chat_template import ChatMessage, ChatTemplate, pick_template
 from aioengine.runtime.malloc_trim import release_freed_memory
 from aioengine.text.detokenize import REPLACEMENT, IncrementalDetokenizer, load_hf_tokenizer
+
+# tokenizers is imported where a tokenizer is built: the server imports this module before it
+# spawns the engine, and loads its tokenizer after, while the engine starts.
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as HFTokenizer
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback
 
@@ -131,6 +134,8 @@ class Tokenizer:
         self.chat_template = (ChatTemplate(source, bos_token=self.bos_token,
                                            eos_token=self.eos_token) if source else None)
         self.vocab_size = hf.get_vocab_size(with_added_tokens=True)
+        from tokenizers import decoders
+
         self._byte_chars = (_byte_level_chars() if isinstance(hf.decoder, decoders.ByteLevel)
                             else None)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from typing import TYPE_CHECKING
 
 from aioengine.hub.corpus import DOCUMENTS
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 BOS, EOS, PAD, IM_START, IM_END = "<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [BOS, EOS, PAD, IM_START, IM_END]  # ids 0..4, in this order
@@ -25,6 +27,10 @@ CHAT_TEMPLATE = (
 
 
 def build_tokenizer() -> Tokenizer:
+    # imported here: every engine imports this module (through aioengine.hub), and only the
+    # first use of the tiny model trains a tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()

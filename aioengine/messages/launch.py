@@ -13,6 +13,20 @@ ENGINE_TARGET = "aioengine.engine.core_proc:make_engine_target"
 WORKER_TARGET = "aioengine.worker.worker_proc:make_worker_target"
 DETOK_TARGET = "aioengine.client.detok_proc:make_detokenizer"
 
+ENGINE_RING_BYTES = 2 * 1024 * 1024
+"""The ring of each host <-> engine channel on ``shm``. They carry token ids and per-step
+outputs (kilobytes a message); the transport's 16 MiB default ring is pre-faulted in both
+processes, so the two channels held 64 MB of the serving tree's RSS (32 MB of PSS). 2 MiB still
+takes any message up to 1 MiB (a ~250k-token prompt) as one zero-copy record; larger ones
+stream through in chunks."""
+
+
+def engine_channel_capacity(url: str) -> int | None:
+    """The capacity to open a host <-> engine channel's writer with: ``ENGINE_RING_BYTES`` on
+    ``shm``, the transport's own default (None) on the others, whose capacity means buffering
+    rather than memory held."""
+    return ENGINE_RING_BYTES if url == "shm" or url.startswith("shm://") else None
+
 
 class EngineLaunch(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What the engine process needs; crosses spawn as msgpack."""

@@ -20,13 +20,15 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import llguidance
-import llguidance.gbnf_to_lark
-
 from aioengine.messages.sampling_params import StructuredOutputs
 
 if TYPE_CHECKING:
+    import llguidance
     import numpy as np
+
+# llguidance is imported where a grammar is first checked or built, not with this module: the
+# engine and the server import this module at start-up (~0.1 s of each on this box, and its
+# library's pages), for constrained requests that may never come.
 
 # Compact JSON with Python's separators and no other whitespace: a model cannot wander off into
 # whitespace (a weak one otherwise may pad for hundreds of tokens), and this is the layout
@@ -70,6 +72,9 @@ def spec_key(spec: StructuredOutputs) -> str:
 def grammar_text(spec: StructuredOutputs) -> str:
     """The llguidance grammar (its JSON form) for ``spec``; raises ``GrammarError`` for what
     can be told without compiling (a schema that is not JSON, a GBNF that does not convert)."""
+    import llguidance
+    import llguidance.gbnf_to_lark
+
     kind = spec.kind
     if kind in ("json", "json_object"):
         schema = spec.json if kind == "json" else {"type": "object"}
@@ -101,6 +106,8 @@ def grammar_text(spec: StructuredOutputs) -> str:
 def check_spec(spec: StructuredOutputs) -> None:
     """Raise ``GrammarError`` if ``spec`` does not compile (no tokenizer needed: a server checks
     a request before it reaches the engine)."""
+    import llguidance
+
     message = llguidance.LLMatcher.validate_grammar(grammar_text(spec))
     if message:
         raise GrammarError(f"invalid {_WHAT[spec.kind]}: {message}")
@@ -177,6 +184,8 @@ class GrammarBackend:
         it); ``vocab_size``: the model's logit width (masks cover it; ids past the tokenizer's
         vocabulary are never allowed); ``eos_token_ids``: the tokens that end a finished
         grammar."""
+        import llguidance
+
         path = tokenizer_json
         if os.path.isdir(path):
             path = os.path.join(path, "tokenizer.json")
@@ -194,6 +203,8 @@ class GrammarBackend:
     def compile(self, spec: StructuredOutputs) -> CompiledGrammar:
         """Compile ``spec`` for this tokenizer; raises ``GrammarError``. Thread-safe; the
         heavy part runs without the GIL."""
+        import llguidance
+
         matcher = llguidance.LLMatcher(self.tokenizer, grammar_text(spec), log_level=0)
         if matcher.is_error():
             raise GrammarError(f"invalid {_WHAT[spec.kind]}: {matcher.get_error()}")
@@ -216,6 +227,8 @@ class GrammarBackend:
                 m._m.unsafe_compute_mask_ptr(out.ctypes.data + i * row_bytes, row_bytes)
             return
         if self._executor is None:
+            import llguidance
+
             self._executor = llguidance.LLExecutor()
         self._executor.unsafe_compute_mask_ptr(
             [(m._m, i) for i, m in enumerate(matchers)], out.ctypes.data, row_bytes,

@@ -11,10 +11,12 @@ completes it, or until ``flush()`` at the end. The deltas concatenate to the ful
 from __future__ import annotations
 
 import os
-
-from tokenizers import Tokenizer
+from typing import TYPE_CHECKING
 
 from aioengine.messages.engine_io import AddRequest, RequestDelta
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 REPLACEMENT = "\ufffd"
 # Prompt tokens kept as left context, so the first output token decodes as it would mid-text.
@@ -26,6 +28,9 @@ def load_hf_tokenizer(path: str) -> Tokenizer:
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise FileNotFoundError(f"no tokenizer.json at {file!r}")
+    # imported here: every engine imports this module, and only detokenize_in="engine" loads
+    from tokenizers import Tokenizer
+
     return Tokenizer.from_file(file)
 
 

@@ -76,3 +76,18 @@ def test_float_gguf_table_is_shared_with_the_head(tmp_path):
     torch.testing.assert_close(emb(torch.tensor([3, 39])), want[[3, 39]], atol=0, rtol=0)
     x = torch.randn(2, k)
     torch.testing.assert_close(emb.qhead(x), x @ want.t(), atol=1e-5, rtol=1e-5)
+
+
+def test_float_table_padding_rows_are_zero(tmp_path):
+    """Only the padding rows are zeroed at build (the load writes the rest): they look up zeros
+    even where the allocator hands back dirty memory."""
+    vocab, k = 50, 64
+    src, want = _table(vocab, k, "f32", tmp_path)
+    for rank in range(3):
+        dirty = torch.full((17, k), float("nan"))  # the size of one shard's table
+        del dirty
+        emb = VocabParallelEmbedding(vocab, k, TPInfo(rank, 3), torch.float32, "cpu")
+        emb.load(src)
+        n = emb.end - emb.start
+        torch.testing.assert_close(emb.weight[:n], want[emb.start:emb.end], atol=0, rtol=0)
+        assert torch.equal(emb.weight[n:], torch.zeros(emb.per_rank - n, k))

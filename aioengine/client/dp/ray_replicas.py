@@ -31,7 +31,7 @@ from aioengine.client.launch import (
 )
 from aioengine.config import EngineConfig
 from aioengine.hub import resolve_model
-from aioengine.messages.launch import EngineLaunch
+from aioengine.messages.launch import EngineLaunch, engine_channel_capacity
 from aioengine.runtime.errors import EngineDeadError, EngineStartupError
 from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
 
@@ -157,7 +157,8 @@ async def _launch_one(ray: Any, config: EngineConfig, replica: Replica, resolved
         rconfig = config.replace(data_parallel_size=1, transport=transport,
                                  num_threads=threads)
         req_url, out_url = channel_urls(transport)
-        requests = await open_async_writer(req_url, bind=True)
+        requests = await open_async_writer(req_url, bind=True,
+                                           capacity=engine_channel_capacity(req_url))
         outputs = await open_async_reader(out_url, bind=True)
         launch = EngineLaunch(rconfig.to_msgpack(), requests.address, outputs.address)
         try:
