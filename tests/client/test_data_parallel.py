@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from aioengine import AsyncMPClient, EngineConfig, RequestOutput, SamplingParams
+from aioengine import LLM, AsyncMPClient, EngineConfig, RequestOutput, SamplingParams
 from aioengine.client.dp.replicas import (
     replica_config,
     replica_transport,
@@ -39,14 +39,21 @@ async def run_all(client: AsyncMPClient, prompts: list[str]) -> list[list[int]]:
     return list(await gather(*(lambda p=p: one(p) for p in prompts)))
 
 
+@pytest.fixture(scope="module")
+def one_engine() -> list[list[int]]:
+    """One engine's greedy tokens for PROMPTS, all in one batch: what the replicas must give on
+    every case (one engine started for the module, not one a case: ~3 s each on 2 cores)."""
+    with LLM(tiny_config("shm")) as llm:
+        return [list(out.token_ids) for out in llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
+
+
 @pytest.mark.parametrize(("transport", "backend"), CLIENT_CASES, ids=CASE_IDS)
-def test_two_replicas_match_one_engine_and_share_the_load(transport: str, backend: str) -> None:
+def test_two_replicas_match_one_engine_and_share_the_load(transport: str, backend: str,
+                                                          one_engine: list[list[int]]) -> None:
     async def main() -> None:
-        async with AsyncMPClient(tiny_config(transport)) as one:
-            expected = await run_all(one, PROMPTS)
         async with AsyncMPClient(tiny_config(transport, data_parallel_size=2)) as two:
             assert set(two.process_ids) == {"aioengine-engine-0", "aioengine-engine-1"}
-            assert await run_all(two, PROMPTS) == expected
+            assert [list(t) for t in await run_all(two, PROMPTS)] == one_engine
             stats = await two.get_stats()
             await two.check_health()
             assert len(await two.reset_prefix_cache()) == 2

@@ -31,17 +31,20 @@ CACHE = os.environ.get("AIOENGINE_TEST_CACHE", "/tmp/aioengine-test-cache")
 
 
 def guidellm_venv() -> str:
-    """The cached venv's ``guidellm`` executable, installing it on first use."""
+    """The cached venv's ``guidellm`` executable, installing it on first use. Its ``.pth``
+    names this run's packages every time: the cache outlives the venv that first wrote it (a
+    CI clone's, since removed: guidellm then failed to import pydantic)."""
     venv = os.path.join(CACHE, f"guidellm-{GUIDELLM}")
     exe = os.path.join(venv, "bin", "guidellm")
-    if os.path.exists(exe):
-        return exe
-    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", venv], check=True)
+    if not os.path.exists(exe):
+        subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", venv], check=True)
     site = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
     with open(os.path.join(site, "shared-packages.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")  # torch and the rest, shared
+    if os.path.exists(exe):
+        return exe
     result = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--quiet",
                              f"guidellm=={GUIDELLM}"], capture_output=True, text=True,
                             timeout=600)

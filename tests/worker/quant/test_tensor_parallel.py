@@ -6,13 +6,12 @@ order of float sums differs (and with it, rarely, an activation's 16-bit roundin
 
 from __future__ import annotations
 
-import functools
 import shutil
 
 import pytest
 import torch
 
-from tests.worker.quant.tp_child import quantized_logits
+from tests.worker.quant.tp_child import MODES, every_mode_logits, quantized_logits
 from tests.worker.tp_child import tp2_logits
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
@@ -22,10 +21,19 @@ VARIANTS = [("llama", {"intermediate_size": 128}),
             ("qwen2", {"num_key_value_heads": 2, "vocab_size": 255, "intermediate_size": 128})]
 
 
-@pytest.mark.parametrize("mode", ["q8_0", "q4_0", "q5_0"])
-def test_tp2_quantized_matches_tp1_quantized(tmp_path, mode):
-    for model_dir, tp2 in tp2_logits(tmp_path, VARIANTS,
-                                     functools.partial(quantized_logits, mode=mode)):
+@pytest.fixture(scope="module")
+def tp2_every_mode(tmp_path_factory: pytest.TempPathFactory
+                   ) -> list[tuple[str, dict[str, torch.Tensor]]]:
+    """Rank 0's logits of every mode on each variant, from one pair of spawned gloo ranks for
+    the module (spawning, importing torch and joining the group cost seconds a pair)."""
+    return tp2_logits(tmp_path_factory.mktemp("tp"), VARIANTS, every_mode_logits)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tp2_quantized_matches_tp1_quantized(tp2_every_mode, mode):
+    for model_dir, every in tp2_every_mode:
+        tp2 = {key.split(".", 1)[1]: value for key, value in every.items()
+               if key.startswith(mode + ".")}
         ref = quantized_logits(model_dir, 0, 1, mode)
         assert sorted(tp2) == sorted(ref)
         for key, want in ref.items():

@@ -13,3 +13,13 @@ def quantized_logits(model_dir: str, rank: int, world: int, mode: str) -> dict[s
     model, cfg = load_model(model_dir, dtype="float32", device="cpu", tp_rank=rank,
                             tp_size=world, quantization=mode)
     return schedule_logits(model, cfg)
+
+
+MODES = ("q8_0", "q4_0", "q5_0")
+
+
+def every_mode_logits(model_dir: str, rank: int, world: int) -> dict[str, torch.Tensor]:
+    """``quantized_logits`` of each of MODES, keyed ``"<mode>.<key>"``: one pair of spawned
+    ranks serves every mode."""
+    return {f"{mode}.{key}": value for mode in MODES
+            for key, value in quantized_logits(model_dir, rank, world, mode).items()}
