@@ -101,7 +101,6 @@ class GemvKernel:
 
 _kernel: GemvKernel | None = None
 _threads = 1
-_max_rows = MAX_ROWS
 
 
 def max_kernel_rows() -> int:
@@ -111,12 +110,7 @@ def max_kernel_rows() -> int:
     while the kernel's pool may use every core where that measured faster; with twice torch's
     threads the kernel outruns torch's GEMM at every row count, so a prefill or a mixed
     prefill-and-decode step goes through it too."""
-    return _max_rows
-
-
-def _set_max_rows() -> None:
-    global _max_rows
-    _max_rows = MAX_ROWS if _threads <= torch.get_num_threads() else 1 << 62
+    return MAX_ROWS if _threads <= torch.get_num_threads() else 1 << 62
 
 
 def configure(device: torch.device | str, dtype: torch.dtype, threads: int) -> bool:
@@ -125,7 +119,6 @@ def configure(device: torch.device | str, dtype: torch.dtype, threads: int) -> b
     cannot be built here is one warning and torch's GEMM."""
     global _kernel, _threads
     _threads = max(1, min(256, threads))
-    _set_max_rows()
     if torch.device(device).type != "cpu" or dtype != torch.float32 \
             or os.environ.get(DISABLE_ENV, "1") == "0":
         _kernel = None
@@ -203,7 +196,6 @@ def kernel_path() -> str | None:
 def set_threads(n: int) -> None:
     global _threads
     _threads = max(1, min(256, n))
-    _set_max_rows()
 
 
 def threads() -> int:
@@ -214,7 +206,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear``, through the kernel for a few rows of CPU float32 input."""
     k = _kernel
-    if (k is not None and x.dim() == 2 and x.shape[0] <= _max_rows
+    if (k is not None and x.dim() == 2
+            and (x.shape[0] <= MAX_ROWS or _threads > torch.get_num_threads())
             and x.dtype == torch.float32 and weight.dtype == torch.float32
             and x.device.type == "cpu" and x.stride(-1) == 1 and weight.is_contiguous()):
         return k(x, weight, bias, _threads)

@@ -2643,7 +2643,7 @@ static void f32_row_scalar(const float *x, int64_t ldx, int64_t m, const float *
  * thread): on an AVX-512 EPYC 31 GB/s where a one-row AVX2 loop with a horizontal sum per row
  * gave 26 and a plain vector sum of the same bytes 32.5; on an AVX2-only EPYC the grouped AVX2
  * loop ran 1.07-1.12x that one-row loop at one thread and 1.16x at two (software prefetch
- * ahead of the stream lost 0-10%). For M > 1, a row is reused from L1 for up to 8 x rows. */
+ * ahead of the stream lost 0-10%). Called for M = 1: more x rows take f32_rows_tiled_avx2. */
 AVX2 static inline __m256 f32_red8(const __m256 *v) {
     __m256 h0 = _mm256_hadd_ps(v[0], v[1]), h1 = _mm256_hadd_ps(v[2], v[3]);
     __m256 h2 = _mm256_hadd_ps(v[4], v[5]), h3 = _mm256_hadd_ps(v[6], v[7]);
