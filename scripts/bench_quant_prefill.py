@@ -15,6 +15,7 @@ import time
 import torch
 
 from aioengine.worker.quant import QTYPES, load_quant_kernel, quantize
+from aioengine.worker.quant.kernel import X8_TILE_MIN_M
 
 SHAPES = [(3072, 576), (960, 576), (576, 576), (576, 1536)]
 
@@ -56,7 +57,7 @@ def main() -> None:
                             t0 = time.perf_counter()
                             f()
                             best[f] = min(best[f], time.perf_counter() - t0)
-                    kern.set_x8_tile(2)
+                    kern.set_x8_tile(X8_TILE_MIN_M)
                     t, o, s = best[tile], best[one], best[sgemm]
                     print(f"t{th} {name} {n}x{k} M={m}: {t * 1e3:.3f} ms "
                           f"({m * n * k / t / 1e9:.0f}) | {o * 1e3:.3f} | {s * 1e3:.3f} | "

@@ -60,6 +60,8 @@ SOURCE = Path(__file__).with_name("qkernels.c")
 # the scalar path stays portable C and the dispatch is exercised on every machine.
 FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread")
 LEVELS = {-1: "best", 0: "scalar", 1: "avx2", 2: "avx512"}
+X8_TILE_MIN_M = 3
+"""The library's default for ``set_x8_tile`` (``x8_tile_min_m`` in qkernels.c)."""
 ISA_ENV = "AIOENGINE_QUANT_ISA"
 """Environment variable capping the kernels' code path: ``scalar``, ``avx2`` or ``avx512``
 (``best``/unset: what the CPU runs). ``avx2`` on an AVX-512 machine runs what AVX2-only CPUs
@@ -126,6 +128,7 @@ class QuantKernel:
         lib.qk_set_spin_ns.argtypes = (ctypes.c_long,)
         lib.qk_pool_size.restype = _C
         lib.qk_set_x8_tile.argtypes = (_I,)
+        lib.qk_x8_tile.restype = _I
         lib.qk_x8_bytes.argtypes = (_C, _I, _I)
         lib.qk_x8_bytes.restype = _I
         lib.qk_repack_x8.argtypes = (_C, _P, _I, _I, _I, _P, _C)
@@ -153,12 +156,16 @@ class QuantKernel:
         self._lib.qk_set_spin_ns(int(ns))
 
     def set_x8_tile(self, min_m: int) -> None:
-        """x8 products of ``min_m`` x rows or more use the two-group tile (default 2; a larger
-        value keeps the one-group kernel up to it: A/B, and the tests that the two give
-        bit-identical outputs)."""
+        """x8 products of ``min_m`` x rows or more use the two-group tile (default
+        ``X8_TILE_MIN_M``; a larger value keeps the one-group kernel up to it: A/B, and the
+        tests that the two give bit-identical outputs)."""
         if not isinstance(min_m, int) or min_m < 1:
             raise QuantKernelError(f"min_m must be an int >= 1, got {min_m!r}")
         self._lib.qk_set_x8_tile(min_m)
+
+    def x8_tile(self) -> int:
+        """The x rows from which the two-group tile runs now (``set_x8_tile``)."""
+        return int(self._lib.qk_x8_tile())
 
     def pool_size(self) -> int:
         return int(self._lib.qk_pool_size())

@@ -1861,7 +1861,9 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
  * unpacking is shared by 2*MR integer dot products, and the 2*MR accumulators are independent
  * chains (vpdpwssd's latency hides behind them). The sums and the float steps per block are
  * the one-group kernel's (integer sums are exact in any order; the float updates run in the
- * same order), so the outputs are bit-identical to x8_kernel_* on each group.
+ * same order), so the outputs are bit-identical to x8_kernel_* on each group. Both groups'
+ * streams are prefetched X8_PF ahead, as the one-group kernel's (weights from memory, 2-core
+ * Zen 3, in-process A/B: Q4_1 1.07-1.22x at M = 2..8, Q8_0 0.99-1.08x).
  * out[i*16 + r]: x row i, weight row r of the pair (0..7 group 0, 8..15 group 1). */
 #define X8_TILE2(NAME, TARGET, MADD_ACC)                                                     \
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
@@ -1877,6 +1879,8 @@ VNNI static void x8_group_vnni(int t, const uint8_t *gp, int64_t nb, const x16_b
         for (int64_t b = 0; b < nb; b++) {                                                   \
             const uint8_t *p0 = gp + b * gb, *p1 = p0 + gs;                                  \
             const uint8_t *q0 = p0 + po, *q1 = p1 + po;                                      \
+            X8_PREFETCH(p0, 0, gb);                                                          \
+            X8_PREFETCH(p1, 0, gb);                                                          \
             __m256i s[4][2];                                                                 \
             for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm256_setzero_si256();          \
             const int16_t *xb[4];                                                            \
@@ -2125,8 +2129,11 @@ static void x8_groups_of(int64_t ngroups, int c, int nchunks, int64_t *g0, int64
 }
 
 /* x rows from which the two-group tile (X8_TILE2) computes M > 1 (qk_set_x8_tile; a large
- * value keeps the one-group kernel for every M: A/B and the bit-identity tests) */
-static _Atomic int64_t x8_tile_min_m = 2;
+ * value keeps the one-group kernel for every M: A/B and the bit-identity tests). Weights from
+ * memory on the 2-core Zen 3 (SmolLM2's 3072 x 576, one and two threads, in-process A/B): at
+ * M = 2 the one-group kernel took 0.60-0.83x the tile's time (the tile cost about what it
+ * costs at M = 3-4), at M = 3 0.75-1.05x, at M >= 4 the tile is ahead (up to 1.25x at M = 8). */
+static _Atomic int64_t x8_tile_min_m = 3;
 
 /* the int16 activations of M-blocks of this many x rows (76 bytes per 32 values with their
  * sums) fill about 256 KiB, so they stay in L2 while a chunk's weight groups pass them */
@@ -2250,6 +2257,7 @@ void qk_set_spin_ns(long ns) { atomic_store(&pool_spin_ns, ns); }
 
 /* M from which x8 products use the two-group tile (A/B; a large value: never) */
 void qk_set_x8_tile(int64_t min_m) { atomic_store(&x8_tile_min_m, min_m < 1 ? 1 : min_m); }
+int64_t qk_x8_tile(void) { return atomic_load(&x8_tile_min_m); }
 
 int qk_pool_size(void) { return pool_size; }
 

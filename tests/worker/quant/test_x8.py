@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from aioengine.worker.quant import QTYPES, QuantKernelError, load_quant_kernel, quantize
-from aioengine.worker.quant.kernel import X8_TYPES, QType
+from aioengine.worker.quant.kernel import X8_TILE_MIN_M, X8_TYPES, QType
 from aioengine.worker.quant.quantize import q5_0_as_q8_0
 from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
 
@@ -217,6 +217,7 @@ def test_two_group_tile_is_bit_identical_to_the_one_group_kernel(kern, name):
     gives the one-group kernel's outputs bit for bit, on every path, thread count, odd row count
     (a lone last group, a padded one) and M across several M-blocks (K=1536: 68-row blocks).
     K-quants (256-value blocks) run one group at a time at every M: the same check holds."""
+    assert kern.x8_tile() == X8_TILE_MIN_M  # the library's default is the documented one
     qt = QTYPES[name]
     rng = np.random.default_rng(7)
     try:
@@ -240,7 +241,7 @@ def test_two_group_tile_is_bit_identical_to_the_one_group_kernel(kern, name):
                         assert torch.equal(outs[0], outs[1]), (n, k, m, level, threads)
                         assert np.all(np.abs(outs[0].numpy() - ref) <= bound)
     finally:
-        kern.set_x8_tile(2)
+        kern.set_x8_tile(X8_TILE_MIN_M)
     with pytest.raises(QuantKernelError, match="min_m must be an int >= 1, got 0"):
         kern.set_x8_tile(0)
 
