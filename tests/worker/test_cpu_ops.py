@@ -78,13 +78,17 @@ def test_rope_store_matches_apply_rope_and_write_kv(ops, t, hq, hkv, d, rot, wit
     torch.testing.assert_close(cache, want_cache, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("m,n,pad", [(1, 1536, 0), (2, 7, 3), (9, 100, 0)])
+@pytest.mark.parametrize("m,n,pad", [(1, 1536, 0), (2, 7, 3), (9, 100, 0), (3, 600, 1)])
 def test_silu_mul_matches_torch(ops, m, n, pad):
     gen = torch.Generator().manual_seed(n)
     x = _rows(m, 2 * n, pad, gen) * 6
     x[0, :4] = torch.tensor([0.0, 100.0, -100.0, -90.0])  # exp clamps at both ends
     want = F.silu(x[:, :n]) * x[:, n:]
-    torch.testing.assert_close(ops.silu_mul(x), want, atol=1e-6, rtol=2e-6)
+    got = ops.silu_mul(x)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=2e-6)
+    # into x's own gate columns (600: chunks of 256 values and a remainder): the same bits
+    ops.silu_mul(x, out=x[:, :n])
+    assert torch.equal(x[:, :n], got)
 
 
 def test_errors_name_the_problem(ops):

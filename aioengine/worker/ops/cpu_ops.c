@@ -169,17 +169,29 @@ static inline float exp_clamped(float x) {
     return p * sb.f;
 }
 
-/* out[i, j] = silu(x[i, j]) * x[i, n + j] for rows of 2n floats (gate, then up). */
+/* out[i, j] = silu(x[i, j]) * x[i, n + j] for rows of 2n floats (gate, then up). The
+ * exponentials of a chunk go to a scratch first, then the quotients: in one loop GCC split the
+ * clamps into branches that each divide (two vdivps and three blends a vector), and it ran 3x
+ * slower than the two loops (~3.1 -> ~1.0 ns a value, SmolLM2's 1536-wide rows); the results
+ * are bit-identical. `out` may be x's gate columns (each g[j] is read before o[j] is written). */
+#define SILU_CHUNK 256
 int silu_mul_f32(const float *x, int64_t ldx, float *out, int64_t ldo, int64_t m, int64_t n) {
     if (m < 0 || n < 1 || ldx < 2 * n || ldo < n)
         return OPS_BAD_SHAPE;
+    float e[SILU_CHUNK];
     for (int64_t i = 0; i < m; i++) {
         const float *g = x + i * ldx;
         const float *u = g + n;
         float *o = out + i * ldo;
+        for (int64_t j0 = 0; j0 < n; j0 += SILU_CHUNK) {
+            const int64_t c = n - j0 < SILU_CHUNK ? n - j0 : SILU_CHUNK;
 #pragma omp simd
-        for (int64_t j = 0; j < n; j++)
-            o[j] = g[j] / (1.0f + exp_clamped(-g[j])) * u[j];
+            for (int64_t j = 0; j < c; j++)
+                e[j] = exp_clamped(-g[j0 + j]);
+#pragma omp simd
+            for (int64_t j = 0; j < c; j++)
+                o[j0 + j] = g[j0 + j] / (1.0f + e[j]) * u[j0 + j];
+        }
     }
     return OPS_OK;
 }
