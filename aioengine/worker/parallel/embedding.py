@@ -120,12 +120,9 @@ def _segment_rows(qhead: QuantizedWeight, seg: Any, local: torch.Tensor) -> torc
     k, kernel = qhead.in_features, qhead.kernel
     if not seg.x8:
         return kernel.dequantize(seg.qtype, seg.data.index_select(0, local), k)
-    # x8: the groups of 8 rows are contiguous runs of bytes; dequantize the groups the ids
-    # fall in and keep each id's lane.
-    group_bytes = kernel.x8_bytes(seg.qtype, 8, k)
-    picked = seg.data.view(-1, group_bytes).index_select(0, local // 8).reshape(-1)
-    rows8 = kernel.dequantize_x8(seg.qtype, picked, 8 * local.shape[0], k)
-    return rows8.view(-1, 8, k)[torch.arange(local.shape[0]), local % 8]
+    # x8: each id's lane of its 8-row group, in one call (the gather of groups, their
+    # dequantization and the gather of lanes in torch cost ~0.1 ms of a decode step)
+    return kernel.rows_x8(seg.qtype, seg.data, seg.n, k, local.contiguous())
 
 
 class ParallelLMHead(VocabParallelEmbedding):

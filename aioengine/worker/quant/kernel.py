@@ -75,6 +75,7 @@ _ERRORS = {
     -5: "this CPU lacks the requested code path",
     -6: "thread count outside 1..256",
     -7: "int8 activations are implemented for q8_0, q4_0 and q4_1 only",
+    -8: "a row id outside the weight's rows",
 }
 ACTIVATIONS = {"float32": 0, "int8": 1, "int16": 2}
 """``float32``: weights dequantized in registers times float activations; ``int16``:
@@ -134,6 +135,8 @@ class QuantKernel:
         lib.qk_repack_x8.argtypes = (_C, _P, _I, _I, _I, _P, _C)
         lib.qk_repack_x8.restype = _C
         lib.qk_matmul_x8.argtypes = (_C, _P, _I, _I, _P, _I, _I, _P, _I, _C, _C)
+        lib.qk_rows_x8.argtypes = (_C, _P, _I, _I, _P, _I, _P, _I)
+        lib.qk_rows_x8.restype = _C
         lib.qk_matmul_x8.restype = _C
         lib.qk_dequantize_x8.argtypes = (_C, _P, _I, _I, _P, _I, _C, _C)
         lib.qk_dequantize_x8.restype = _C
@@ -330,6 +333,23 @@ class QuantKernel:
                                           max(out.stride(0), k), threads, level)
         if code:
             raise QuantKernelError(f"qk_dequantize_x8 rejected its inputs: {error_text(code)}")
+        return out
+
+    def rows_x8(self, qtype: QType, w: torch.Tensor, n: int, k: int,
+                ids: torch.Tensor) -> torch.Tensor:
+        """Float32 ``[len(ids), k]``: the rows ``ids`` (int64, 1-D) of x8-layout weights of
+        ``n`` rows, each as ``dequantize_x8`` gives it (an embedding lookup)."""
+        self._check_x8(qtype, w, n, k)
+        if ids.dtype != torch.int64 or ids.dim() != 1 or ids.device.type != "cpu" \
+                or not ids.is_contiguous():
+            raise QuantKernelError(f"ids must be a contiguous 1-D CPU int64 tensor, got "
+                                   f"{ids.dtype} {tuple(ids.shape)} on {ids.device}")
+        out = torch.empty((ids.shape[0], k), dtype=torch.float32)
+        code = self._lib.qk_rows_x8(qtype.ggml_id, w.data_ptr(), n, k, ids.data_ptr(),
+                                    ids.shape[0], out.data_ptr(), k)
+        if code:
+            raise QuantKernelError(f"qk_rows_x8 rejected its inputs: {error_text(code)} "
+                                   f"(ids {ids.min().item()}..{ids.max().item()}, {n} rows)")
         return out
 
 

@@ -66,6 +66,7 @@
 #define E_LEVEL -5
 #define E_THREADS -6
 #define E_ACT8 -7
+#define E_ROW -8
 
 /* ------------------------------------------------------------------------------------------ */
 /* fp16 -> fp32, portable */
@@ -2211,29 +2212,30 @@ static void x8_matmul_job(void *a, int c, int nchunks) {
     }
 }
 
+/* row r (0..7) of the x8 group block at p, dequantized into o (one block's values) */
+static void x8_deq_block_row(int t, const uint8_t *p, int r, float *o) {
+    if (x8_is_k(t)) {
+        x8k_deq_row(t, p, r, o);
+        return;
+    }
+    int v[32];
+    float d = h2f(p + 2 * r), mn = t == T_Q4_1 ? h2f(p + 16 + 2 * r) : 0.0f;
+    float off = t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : 0.0f;
+    x8_unpack_row(t, p, r, v);
+    for (int i = 0; i < 32; i++) o[i] = d * ((float)v[i] - off) + mn;
+}
+
 static void x8_deq_job(void *a, int c, int nchunks) {
     x8_job_t *j = a;
     int64_t g0, g1;
     x8_groups_of(j->ngroups, c, nchunks, &g0, &g1);
-    const int gb = x8_group_bytes(j->t);
-    int v[32];
+    const int gb = x8_group_bytes(j->t), bv = x8_block_vals(j->t);
     for (int64_t g = g0; g < g1; g++) {
         int rows = j->n - g * 8 < 8 ? (int)(j->n - g * 8) : 8;
-        for (int64_t b = 0; b < j->nb; b++) {
-            const uint8_t *p = j->w + (g * j->nb + b) * gb;
-            if (x8_is_k(j->t)) {
-                for (int r = 0; r < rows; r++)
-                    x8k_deq_row(j->t, p, r, j->deq + (g * 8 + r) * j->ldo + b * 256);
-                continue;
-            }
-            for (int r = 0; r < rows; r++) {
-                float d = h2f(p + 2 * r), mn = j->t == T_Q4_1 ? h2f(p + 16 + 2 * r) : 0.0f;
-                float off = j->t == T_Q4_0 ? 8.0f : j->t == T_Q5_0 ? 16.0f : 0.0f;
-                float *o = j->deq + (g * 8 + r) * j->ldo + b * 32;
-                x8_unpack_row(j->t, p, r, v);
-                for (int i = 0; i < 32; i++) o[i] = d * ((float)v[i] - off) + mn;
-            }
-        }
+        for (int64_t b = 0; b < j->nb; b++)
+            for (int r = 0; r < rows; r++)
+                x8_deq_block_row(j->t, j->w + (g * j->nb + b) * gb, r,
+                                 j->deq + (g * 8 + r) * j->ldo + b * bv);
     }
 }
 
@@ -2577,6 +2579,27 @@ int qk_dequantize_x8(int t, const uint8_t *w, int64_t n, int64_t k, float *out, 
     int64_t pairs = (j.ngroups + 1) / 2;
     int nchunks = nthreads <= 1 ? 1 : (int)(pairs < 4 * nthreads ? pairs : 4 * nthreads);
     pool_run(x8_deq_job, &j, nchunks < 1 ? 1 : nchunks, nthreads);
+    return E_OK;
+}
+
+/* out[i, 0..k) = row ids[i] of n rows of W in the x8 layout, dequantized as qk_dequantize_x8
+ * dequantizes it (an embedding lookup: one call instead of a gather of 8-row groups, their
+ * dequantization and a gather of lanes, ~10 torch calls of Python glue). Every id is checked
+ * before anything is written. */
+int qk_rows_x8(int t, const uint8_t *w, int64_t n, int64_t k, const int64_t *ids, int64_t m,
+               float *out, int64_t ldo) {
+    int level = -1;
+    int rc = x8_check(t, n, k, 1, &level);
+    if (rc) return rc;
+    if (m < 0 || ldo < k) return E_SHAPE;
+    for (int64_t i = 0; i < m; i++)
+        if (ids[i] < 0 || ids[i] >= n) return E_ROW;
+    const int64_t nb = k / x8_block_vals(t), gb = x8_group_bytes(t), bv = x8_block_vals(t);
+    for (int64_t i = 0; i < m; i++) {
+        const uint8_t *g = w + ids[i] / 8 * nb * gb;
+        for (int64_t b = 0; b < nb; b++)
+            x8_deq_block_row(t, g + b * gb, (int)(ids[i] % 8), out + i * ldo + b * bv);
+    }
     return E_OK;
 }
 

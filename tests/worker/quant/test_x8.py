@@ -52,6 +52,10 @@ def test_repack_round_trips_and_dequantizes_exactly(kern, name):
         for threads in (1, 2):
             got = kern.dequantize_x8(qt, x8, n, k, threads=threads).numpy()
             assert np.array_equal(got, wref.astype(np.float32))
+        # single rows (an embedding lookup): any order, repeats, the last group's lanes
+        ids = torch.tensor([n - 1, 0, n // 2, n - 1, 7 % n], dtype=torch.int64)
+        assert np.array_equal(kern.rows_x8(qt, x8, n, k, ids).numpy(),
+                              wref.astype(np.float32)[ids.numpy()])
 
 
 @pytest.mark.parametrize("name", X8_TYPES)
@@ -111,6 +115,11 @@ def test_x8_bad_inputs_name_the_problem(kern):
         kern.matmul_x8(qt, torch.randn(1, 48), x8, torch.empty(1, 9))
     with pytest.raises(QuantKernelError, match="thread count"):
         kern.matmul_x8(qt, torch.randn(1, 64), x8, torch.empty(1, 9), threads=0)
+    with pytest.raises(QuantKernelError,
+                       match=r"a row id outside the weight's rows \(ids 2\.\.9, 9 rows\)"):
+        kern.rows_x8(qt, x8, 9, 64, torch.tensor([2, 9]))
+    with pytest.raises(QuantKernelError, match="ids must be a contiguous 1-D CPU int64"):
+        kern.rows_x8(qt, x8, 9, 64, torch.tensor([2], dtype=torch.int32))
 
 
 @pytest.mark.parametrize("name", X8_TYPES)
