@@ -178,8 +178,10 @@ def _meta(d: Driver, i: int):
 def test_many_sequences_with_x8_weights(tmp_path, monkeypatch):
     """x8 weights take any M through the kernels (``_Plan.any_m``): 17 sequences decoding
     together still run the plan, bit-equal to the loop; float32 weights above the GEMV's
-    8 rows do not (torch's GEMM in the loop)."""
-    make_hf_model("llama3-tied", str(tmp_path), seed=7)
+    8 rows do not (torch's GEMM in the loop). Two kernel threads and 4 kv heads: the plan's
+    attention splits 68 (sequence, kv head) pairs over the pool, two pairs a chunk."""
+    make_hf_model("llama3-tied", str(tmp_path), seed=7, num_key_value_heads=4)
+    monkeypatch.setattr(threads_mod, "_kernel_threads", 2)
     gen = torch.Generator().manual_seed(2)
 
     def run(model, cfg) -> Driver:
