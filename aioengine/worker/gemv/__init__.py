@@ -207,7 +207,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
     """``F.linear``, through the kernel for a few rows of CPU float32 input."""
     k = _kernel
     if (k is not None and x.dim() == 2
-            and (x.shape[0] <= MAX_ROWS or _threads > torch.get_num_threads())
+            and (x.shape[0] <= MAX_ROWS or x.shape[0] <= max_kernel_rows())
             and x.dtype == torch.float32 and weight.dtype == torch.float32
             and x.device.type == "cpu" and x.stride(-1) == 1 and weight.is_contiguous()):
         return k(x, weight, bias, _threads)

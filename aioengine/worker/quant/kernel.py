@@ -135,9 +135,9 @@ class QuantKernel:
         lib.qk_repack_x8.argtypes = (_C, _P, _I, _I, _I, _P, _C)
         lib.qk_repack_x8.restype = _C
         lib.qk_matmul_x8.argtypes = (_C, _P, _I, _I, _P, _I, _I, _P, _I, _C, _C)
+        lib.qk_matmul_x8.restype = _C
         lib.qk_rows_x8.argtypes = (_C, _P, _I, _I, _P, _I, _P, _I)
         lib.qk_rows_x8.restype = _C
-        lib.qk_matmul_x8.restype = _C
         lib.qk_dequantize_x8.argtypes = (_C, _P, _I, _I, _P, _I, _C, _C)
         lib.qk_dequantize_x8.restype = _C
         lib.qk_matmul_segs.argtypes = (_P, _C, _P, _I, _I, _I, _P, _I, _C)

@@ -2594,7 +2594,7 @@ int qk_rows_x8(int t, const uint8_t *w, int64_t n, int64_t k, const int64_t *ids
     if (m < 0 || ldo < k) return E_SHAPE;
     for (int64_t i = 0; i < m; i++)
         if (ids[i] < 0 || ids[i] >= n) return E_ROW;
-    const int64_t nb = k / x8_block_vals(t), gb = x8_group_bytes(t), bv = x8_block_vals(t);
+    const int64_t bv = x8_block_vals(t), nb = k / bv, gb = x8_group_bytes(t);
     for (int64_t i = 0; i < m; i++) {
         const uint8_t *g = w + ids[i] / 8 * nb * gb;
         for (int64_t b = 0; b < nb; b++)
