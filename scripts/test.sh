@@ -15,4 +15,6 @@ NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$site_
 # with the .pyc present. compileall rewrites only stale files and Python checks each .pyc
 # against its source's mtime and size, so an edited module is never run from an old .pyc.
 .venv/bin/python -m compileall -q aioengine transports
-.venv/bin/python -m pytest "$@"
+# Two workers, whole files each (module-scoped engines stay shared within a file); each has
+# its own temp dir (tests/conftest.py). PYTEST_WORKERS=0 runs in one process.
+.venv/bin/python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"

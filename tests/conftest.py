@@ -9,6 +9,8 @@ package-scoped fixtures are theirs until the session ends. See tests/runtime/lea
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import psutil
 import pytest
@@ -38,6 +40,22 @@ def pytest_configure(config: pytest.Config) -> None:
     # reused across the session (and later sessions).
     os.environ.setdefault("AIOENGINE_CACHE", TEST_CACHE)
     config.stash[_LONG_LIVED] = set()
+    _own_temp_dir_per_xdist_worker(config)
+
+
+def _own_temp_dir_per_xdist_worker(config: pytest.Config) -> None:
+    """Under pytest-xdist each worker gets its own temp dir (children inherit ``TMPDIR``): the
+    leak checks list the temp dir, and another worker's files there would read as leaks (and
+    be removed). The name has neither of the leak checks' prefixes, so the other worker's
+    listing of /tmp passes it by."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    path = os.path.join("/tmp", f"pytest-xdist-{os.getppid()}-{worker}")
+    os.makedirs(path, exist_ok=True)
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = None  # recomputed from TMPDIR on next use
+    config.add_cleanup(lambda: shutil.rmtree(path, ignore_errors=True))
 
 
 @pytest.hookimpl(hookwrapper=True)
