@@ -23,7 +23,7 @@ LoadFormat = Literal["auto", "safetensors", "gguf", "dummy"]
 DetokenizeIn = Literal["host", "engine", "process"]
 CpuDecodeAttention = Literal["auto", "kernel", "sdpa"]
 KvCacheDtype = Literal["auto", "model", "float32", "float16"]
-Quantization = Literal["gguf", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
+Quantization = Literal["auto", "none", "gguf", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
 QuantActivations = Literal["float32", "int16", "int8"]
 ReplicaFailure = Literal["fail", "degrade"]
 DistributedBackend = Literal["local", "ray"]
@@ -122,11 +122,14 @@ class EngineConfig:
     ``auto``: float16 for a float32 model on CPU when the compiled decode kernel is in use
     (half the cache's memory and the bytes each decode reads; k/v rounded to float16 as
     llama.cpp's default cache does), else the model's dtype."""
-    quantization: Quantization | None = None
+    quantization: Quantization | None = "auto"
     """Keep linear weights (and the LM head) quantized in memory, computed by our C kernels on
     CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
     ``q4_0``, ``q4_1``, ``q5_0``, ``q4_k`` or ``q6_k`` quantizes float weights at load (GGUF blocks
-    already of that type are kept). None: float weights (GGUF files dequantized at load)."""
+    already of that type are kept); ``none`` (or None): float weights (GGUF files dequantized at
+    load); ``auto``: ``gguf`` for a GGUF file holding blocks the kernels compute, loaded on CPU
+    in float32 (what llama.cpp users expect of a quantized file: its speed and memory), else
+    ``none``."""
     quant_activations: QuantActivations = "int16"
     """With ``quantization``, how activations meet the quantized weights on CPU: ``float32``
     (each weight dequantized in registers times the float activation), ``int16`` (activations
@@ -165,9 +168,9 @@ class EngineConfig:
         _one_of("detokenize_in", self.detokenize_in, DETOKENIZE_IN)
         _one_of("cpu_decode_attention", self.cpu_decode_attention, CPU_DECODE_ATTENTION)
         _one_of("kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
-        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization must be None or one of {QUANTIZATIONS}, got "
-                             f"{self.quantization!r}")
+        quantization = "none" if self.quantization is None else self.quantization
+        _one_of("quantization", quantization, QUANTIZATIONS)
+        object.__setattr__(self, "quantization", quantization)  # None is "none" from here on
         _one_of("quant_activations", self.quant_activations, QUANT_ACTIVATIONS)
         _one_of("replica_failure", self.replica_failure, REPLICA_FAILURE)
         _one_of("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)

@@ -31,9 +31,9 @@ def chat_answers(**config) -> list[str]:
 
 
 def test_chat_answers_equal_the_dequantized_model() -> None:
-    float_answers = chat_answers()
+    float_answers = chat_answers(quantization="none")
     assert float_answers[0] == "The capital of France is Paris."
-    assert chat_answers(quantization="gguf") == float_answers
+    assert chat_answers() == float_answers  # the default, "auto", keeps the blocks
     assert chat_answers(quantization="gguf", quant_activations="float32") == float_answers
 
 
@@ -66,3 +66,36 @@ def test_tensor_parallel_quantized_shards_answer_the_same() -> None:
     falls on 32-value block boundaries, so each rank keeps its blocks unchanged."""
     assert chat_answers(quantization="gguf", tensor_parallel_size=3, executor="mp")[:1] == [
         "The capital of France is Paris."]
+
+
+def test_auto_keeps_the_blocks_of_a_quantized_file_on_cpu_in_float32(smollm2_file: str,
+                                                                      tmp_path) -> None:
+    """``quantization="auto"`` (the default) keeps a GGUF file's blocks where our kernels
+    compute them (CPU, float32); a float-only file, another dtype or device loads floats."""
+    import gguf
+    import numpy as np
+
+    from aioengine.worker.loader.gguf_weights import kernel_block_types, tensors_reader
+    from aioengine.worker.loader.load import auto_quantization
+
+    cpu = torch.device("cpu")
+    reader = tensors_reader(smollm2_file)
+    assert kernel_block_types(reader) == ["q4_1", "q8_0"]
+    assert auto_quantization(reader, cpu, torch.float32) == "gguf"
+    assert auto_quantization(reader, cpu, torch.bfloat16) is None
+    assert auto_quantization(reader, torch.device("cuda"), torch.float32) is None
+    assert auto_quantization(None, cpu, torch.float32) is None  # not a GGUF file
+    path = str(tmp_path / "float.gguf")
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_tensor("token_embd.weight", np.ones((4, 32), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert kernel_block_types(tensors_reader(path)) == []
+    assert auto_quantization(tensors_reader(path), cpu, torch.float32) is None
+    auto, _ = load_model(smollm2_file, dtype="float32", device="cpu", quantization="auto")
+    qweight = auto.layers[0].mlp.gate_up_proj.qweight
+    assert qweight is not None and qweight.segments[0].qtype.name == "q4_1"
+    none, _ = load_model(smollm2_file, dtype="float32", device="cpu", quantization="none")
+    assert none.layers[0].mlp.gate_up_proj.qweight is None

@@ -8,7 +8,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from aioengine.worker.loader.gguf_weights import _tensors_reader
+from aioengine.worker.loader.gguf_weights import tensors_reader
 
 
 def test_tensors_and_scalars_match_the_stock_reader(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_tensors_and_scalars_match_the_stock_reader(tmp_path: Path) -> None:
     w.write_tensors_to_file()
     w.close()
 
-    fast, stock = _tensors_reader(str(path)), gguf.GGUFReader(str(path))
+    fast, stock = tensors_reader(str(path)), gguf.GGUFReader(str(path))
     assert list(fast.fields) == list(stock.fields)
     for name in ("general.architecture", "llama.block_count", "llama.rope.freq_base"):
         assert fast.fields[name].contents() == stock.fields[name].contents()

@@ -131,7 +131,7 @@ def gguf_sources(reader: Any, model: CausalLM) -> dict[str, GGUFTensorSource]:
     return sources
 
 
-def _tensors_reader(path: str) -> Any:
+def tensors_reader(path: str) -> Any:
     """A ``gguf.GGUFReader`` that skips over array fields instead of parsing them element by
     element: the tokenizer's vocabulary, merges and token types (~150k values in SmolLM2's
     file), each read through its own numpy slices, took 2.5 s of every start-up here (8 of
@@ -165,12 +165,25 @@ def _tensors_reader(path: str) -> Any:
             body = self._get(orig_offs + 12, np.uint8, offs - orig_offs - 12)
             return offs - orig_offs, [itype, alen, body], [], [array, kind]
 
-    return TensorsReader(path)
+    reader = TensorsReader(path)
+    reader.path = path  # for messages
+    return reader
 
 
-def load_gguf(model: CausalLM, path: str) -> None:
-    """Check every name and shape first, then load each rank's slice, dequantized."""
-    reader = _tensors_reader(path)
+def kernel_block_types(reader: Any) -> list[str]:
+    """The block types among ``reader``'s tensors that the quantized CPU kernels compute (Q5_0
+    widened to Q8_0 counts), sorted; empty for a float-only file."""
+    from aioengine.worker.quant.kernel import QTYPES
+    from aioengine.worker.quant.quantize import WIDENED
+
+    names = {t.tensor_type.name.lower() for t in reader.tensors}
+    return sorted(n for n in names if n in QTYPES or n in WIDENED)
+
+
+def load_gguf(model: CausalLM, reader: Any) -> None:
+    """Check every name and shape first, then load each rank's slice, dequantized (or as
+    stored, for a layer that keeps blocks). ``reader``: ``tensors_reader(path)``."""
+    path = reader.path
     sources = gguf_sources(reader, model)
     used = {s.name for s in sources.values()}
     unexpected = [t.name for t in reader.tensors

@@ -178,8 +178,9 @@ def test_unloaded_rows_and_bad_rows_are_named():
 
 
 def test_config_lists_the_supported_values():
-    assert QUANTIZATIONS == QUANTIZATION_MODES
-    with pytest.raises(ValueError, match=r"quantization must be None or one of \('gguf', 'q8_0'"):
+    assert QUANTIZATIONS == ("auto", "none", *QUANTIZATION_MODES)
+    assert EngineConfig(model="tiny", quantization=None).quantization == "none"
+    with pytest.raises(ValueError, match=r"quantization must be one of \('auto', 'none', 'gguf'"):
         EngineConfig(model="tiny", quantization="q5_1")
     with pytest.raises(ValueError, match="quantization must be one of"):
         QuantPolicy("int8")
