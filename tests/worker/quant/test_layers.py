@@ -178,7 +178,7 @@ def test_unloaded_rows_and_bad_rows_are_named():
 
 
 def test_config_lists_the_supported_values():
-    assert QUANTIZATIONS == ("auto", "none", *QUANTIZATION_MODES)
+    assert ("auto", "none", *QUANTIZATION_MODES) == QUANTIZATIONS
     assert EngineConfig(model="tiny", quantization=None).quantization == "none"
     with pytest.raises(ValueError, match=r"quantization must be one of \('auto', 'none', 'gguf'"):
         EngineConfig(model="tiny", quantization="q5_1")
