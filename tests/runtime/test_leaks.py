@@ -54,10 +54,12 @@ def test_entries_held_by_processes_outside_the_test_are_not_ours():
         assert snapshot.finish(grace=0) == []
         assert os.path.exists(path)
     finally:
-        holder.kill()
-        holder.wait(5) if holder.ppid() == os.getpid() else time.sleep(0.1)
+        # Unlinked first: an unheld file in /dev/shm is a leak to another test run's checks
+        # (an xdist worker's), which would report it against one of its own tests.
         with contextlib.suppress(FileNotFoundError):  # never mask the assertion above
             os.unlink(path)
+        holder.kill()
+        holder.wait(5) if holder.ppid() == os.getpid() else time.sleep(0.1)
 
 
 def test_the_autouse_fixtures_fail_leaks_but_not_long_lived_fixtures(pytester):

@@ -66,7 +66,9 @@ async def test_huge_chat_message_is_refused_before_tokenizing(engine):
         took = time.perf_counter() - t0
         gaps = await health_gaps()
     assert "prompt has at least" in message and "longer than the model's context" in message
-    assert took < 2.0, took  # decoding the body and rendering the template, no tokenizing
+    # decoding the body and rendering the template, no tokenizing (~7 s here); the margin is for
+    # the other xdist worker's load on the same cores
+    assert took < 4.0, took
     assert max(gaps) < 1.0, gaps
 
 

@@ -45,7 +45,9 @@ def test_rss_settles_after_huge_requests():
             took = time.perf_counter() - t0
             assert r.status_code == 400, r.text
             assert "prompt has at least" in r.json()["error"]["message"]
-            assert took < 3.0, took  # tokenizing it took 5-9 s (22 s on a busy box)
+            # tokenizing it took 5-9 s (22 s on a busy box); the margin is for the other xdist
+            # worker's load on the same cores
+            assert took < 4.0, took
             seen.append(_rss_mb(proc))
         for _ in range(3):
             r = s.post(f"{srv.url}/tokenize", json={"prompt": LONG_PROMPT}, timeout=120)
