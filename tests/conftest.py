@@ -52,6 +52,8 @@ def _own_temp_dir_per_xdist_worker(config: pytest.Config) -> None:
     if not worker:
         return
     path = os.path.join("/tmp", f"pytest-xdist-{os.getppid()}-{worker}")
+    if os.environ.get("TMPDIR") == path:  # a nested pytest (pytester) in the worker: not its own
+        return
     os.makedirs(path, exist_ok=True)
     os.environ["TMPDIR"] = path
     tempfile.tempdir = None  # recomputed from TMPDIR on next use

@@ -16,7 +16,10 @@ ray = pytest.importorskip("ray", reason="the Ray tests need ray: pip install 'ai
 def cluster() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    # No fixed dashboard ports: another test run (an xdist worker's cluster) may hold 8265/52365,
+    # and a head without its dashboard fails the state API the tests check leftovers with.
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "dashboard_port": None,
+                                                      "dashboard_agent_listen_port": None})
     c.add_node(num_cpus=1)
     c.wait_for_nodes()
     ray.init(address=c.address, logging_level="warning", log_to_driver=False)

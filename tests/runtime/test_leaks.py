@@ -62,7 +62,7 @@ def test_entries_held_by_processes_outside_the_test_are_not_ours():
         holder.wait(5) if holder.ppid() == os.getpid() else time.sleep(0.1)
 
 
-def test_the_autouse_fixtures_fail_leaks_but_not_long_lived_fixtures(pytester):
+def test_the_autouse_fixtures_fail_leaks_but_not_long_lived_fixtures(pytester, monkeypatch):
     with open(CONFTEST) as f:
         pytester.makeconftest(f.read() + """
 
@@ -100,6 +100,7 @@ def forgotten():  # never stopped
         def test_uses_forgotten(forgotten):
             assert forgotten.poll() is None
     """)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # the inner run is no xdist worker
     result = pytester.runpytest("-p", "no:cacheprovider", "-o", "leak_grace=0.3")
     result.assert_outcomes(passed=5, errors=2)
     result.stdout.fnmatch_lines(["*ERROR at teardown of test_leaky*",

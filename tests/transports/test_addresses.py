@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
+import tempfile
 
 import pytest
 
@@ -16,6 +17,11 @@ from tests.transports.conftest import run
 
 def _path(url: str) -> str:
     return url.split("://", 1)[1].removeprefix("ipc://")
+
+
+def _temp_entries() -> set[str]:
+    """Entries of /tmp and of the temp dir (an xdist worker's own one under the test command)."""
+    return {os.path.join(d, n) for d in {"/tmp", tempfile.gettempdir()} for n in os.listdir(d)}
 
 
 def _abstract_names() -> set[str]:
@@ -28,7 +34,7 @@ def _abstract_names() -> set[str]:
 def test_default_address_is_an_abstract_name_gone_with_close(name: str) -> None:
     """Nothing on disk, so nothing to remove on any exit path (see test_leftovers.py for
     SIGKILL); the kernel drops the name with the socket."""
-    before = set(os.listdir("/tmp"))
+    before = _temp_entries()
     w = T.open_writer(name)
     path = _path(w.address)
     try:
@@ -38,7 +44,7 @@ def test_default_address_is_an_abstract_name_gone_with_close(name: str) -> None:
         w.send(b"x")
         assert bytes(r.recv(timeout=10).header) == b"x"
         r.close()
-        assert not {n for n in set(os.listdir("/tmp")) - before if n.startswith("aiot-")}
+        assert not {p for p in _temp_entries() - before if os.path.basename(p).startswith("aiot-")}
     finally:
         w.close()
     assert path not in _abstract_names()
@@ -69,14 +75,14 @@ def test_explicit_path_is_0600_and_removed(scheme: str, tmp_path) -> None:
 @pytest.mark.parametrize("scheme", ["uds://@", "zmq+ipc://@"])
 def test_abstract_names_leave_nothing_on_disk(scheme: str, tmp_path) -> None:
     name = f"aiot-test-{os.getpid()}-{scheme[:3]}"
-    before = set(os.listdir("/tmp"))
+    before = _temp_entries()
     w = T.open_writer(f"{scheme}{name}")
     r = T.open_reader(w.address)
     try:
         w.send(b"abstract")
         assert bytes(r.recv(timeout=10).header) == b"abstract"
         # Only names with ours in them: another test run (an xdist worker) may use /tmp too.
-        assert not {n for n in set(os.listdir("/tmp")) - before if "aiot-" in n}
+        assert not {p for p in _temp_entries() - before if "aiot-" in os.path.basename(p)}
     finally:
         w.close()
         r.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import mmap
+import os
 import threading
 from collections.abc import Iterator
 
@@ -84,8 +85,9 @@ def test_message_far_larger_than_the_ring_streams_between_processes(peers):
     """64 MiB (+3 odd bytes) through a 1 MiB ring, with other sizes around it, from a spawned
     writer process: every byte arrives, in order."""
     seed, count, biggest = 3, 6, 64 * 1024 * 1024 + 3
-    proc = peers.spawn("produce", "shm://big-" + str(id(peers)), seed, count, biggest, 1 << 20)
-    with shm.open_reader("shm://big-" + str(id(peers))) as r:
+    name = f"shm://big-{os.getpid()}-{id(peers)}"  # abstract names are machine-wide
+    proc = peers.spawn("produce", name, seed, count, biggest, 1 << 20)
+    with shm.open_reader(name) as r:
         for i, n in enumerate(sizes(seed, count, biggest)):
             m = r.recv(timeout=60)
             assert int.from_bytes(m.header, "little") == i
