@@ -121,10 +121,11 @@ class ModelRunner:
 
             kernel_path, layout = gemv.kernel_path(), "float32"
         st = os.stat(model_path)
+        # the layout names the quantization as loaded (quantization="auto" and "gguf" keep the
+        # same blocks: one measurement)
         key = {"model": os.path.realpath(model_path), "size": st.st_size,
-               "mtime_ns": st.st_mtime_ns, "quantization": self.config.quantization,
-               "layout": layout, "kernel": kernel_path, "rank": self.rank,
-               "world_size": self.world_size}
+               "mtime_ns": st.st_mtime_ns, "layout": layout, "kernel": kernel_path,
+               "rank": self.rank, "world_size": self.world_size}
         n, self.kernel_threads_measured = cached_fastest_count(key, budget, run)
         set_kernel_threads(n)
         gemv.set_threads(n)  # the same pool: a quantized model's float matrices too

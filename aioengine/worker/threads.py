@@ -48,7 +48,7 @@ def apply_thread_policy(config: EngineConfig, world_size: int) -> int:
 MAX_THREADS = 256  # the kernels' pool refuses more
 BEAT = 0.95
 """A count must run the linears in under this fraction of every smaller count's time."""
-CACHE_VERSION = 2  # 2: counts measured in turns (records of 1 are measured again)
+CACHE_VERSION = 3  # 2: counts measured in turns; 3: keyed by the loaded layout alone
 BUSY_LOAD = 1.0
 """1-minute load average per usable CPU from which a measured count is not cached."""
 

@@ -113,10 +113,9 @@ def test_a_quantized_model_runs_on_the_measured_count_and_num_threads_wins(quiet
     assert 1 <= n <= threads.usable_cpus() and gemv.threads() == n
     q = next(m.qweight for m in runner.model.modules() if getattr(m, "qweight", None))
     mine = [(p, r) for p, r in _records(_model_path(config))
-            if (r["key"]["quantization"], r["key"]["kernel"], r["key"]["layout"],
-                r["key"]["budget"], r["key"]["version"]) == (
-                    "q8_0", q.kernel.path, repr(q.policy), threads.usable_cpus(),
-                    threads.CACHE_VERSION)]
+            if (r["key"]["kernel"], r["key"]["layout"], r["key"]["budget"],
+                r["key"]["version"]) == (q.kernel.path, repr(q.policy), threads.usable_cpus(),
+                                         threads.CACHE_VERSION)]
     assert [r["threads"] for _, r in mine] == [n], mine
     path, _ = mine[0]
     stamp = path.stat().st_mtime_ns

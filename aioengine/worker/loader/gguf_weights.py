@@ -145,6 +145,10 @@ def tensors_reader(path: str) -> Any:
     array, string = gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING
 
     class TensorsReader(gguf.GGUFReader):
+        def __init__(self, path: str) -> None:
+            super().__init__(path)
+            self.path = path  # for messages
+
         def _get_field_parts(self, orig_offs: int, raw_type: int) -> Any:
             if raw_type != array:
                 return super()._get_field_parts(orig_offs, raw_type)
@@ -165,9 +169,7 @@ def tensors_reader(path: str) -> Any:
             body = self._get(orig_offs + 12, np.uint8, offs - orig_offs - 12)
             return offs - orig_offs, [itype, alen, body], [], [array, kind]
 
-    reader = TensorsReader(path)
-    reader.path = path  # for messages
-    return reader
+    return TensorsReader(path)
 
 
 def kernel_block_types(reader: Any) -> list[str]:
