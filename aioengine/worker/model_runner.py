@@ -30,7 +30,7 @@ from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, ma
 from aioengine.worker.kv_cache import allocate_kv_cache, kv_cache_dtype
 from aioengine.worker.loader import load_model
 from aioengine.worker.memory import HeapTrimmer
-from aioengine.worker.sampler import Sampler
+from aioengine.worker.sampler import Sampler, SamplerOutput, argmax_only
 from aioengine.worker.sampler_state import SequenceState
 from aioengine.worker.threads import (
     apply_thread_policy,
@@ -226,28 +226,48 @@ class ModelRunner:
                 sample_states.append(state)
         self._check_ids(step.step_id, input_ids, max_block)
 
-        meta = build_attention_metadata(layout, self.config.block_size, self.device,
-                                        decode_kernel=self.decode_kernel,
-                                        sliding_window=self.spec.sliding_window,
-                                        window_only=self.spec.all_layers_windowed)
-        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
-        hidden = self.model(ids, meta.positions, meta, self.kv_caches)
-        if self.heap_trimmer is not None and len(input_ids) > len(chunks):
-            self.heap_trimmer.after_step(len(input_ids) - len(chunks))
-        if not sample_rows:
-            return StepResult(step.step_id, [])
-        last = meta.last_token_index
-        rows = last if len(sample_rows) == len(chunks) else last[sample_rows]
-        logits = self.model.compute_logits(hidden.index_select(0, rows))
+        lane = None
+        if len(input_ids) == len(sample_rows) and self.decode_kernel is not None:
+            # every chunk one token and sampled: the CPU decode lane, where it runs (greedy
+            # rows' argmax in it too)
+            lane = self.model.decode_logits(input_ids, layout, self.config.block_size,
+                                            self.decode_kernel, self.kv_caches,
+                                            argmax_only(sample_states, step.bitmask))
+        if lane is None:
+            logits = self._forward(input_ids, layout, sample_rows)
+            if logits is None:
+                return StepResult(step.step_id, [])
+            tokens = None
+        else:
+            logits, tokens = lane
         if not self.is_driver:
             return StepResult(step.step_id, [])
-        out = self.sampler.sample(logits, sample_states, step.bitmask)
+        out = SamplerOutput(tokens, [None] * len(tokens)) if tokens is not None \
+            else self.sampler.sample(logits, sample_states, step.bitmask)
         sampled = []
         for state, token, logprob in zip(sample_states, out.token_ids, out.logprobs,
                                          strict=True):
             state.output_token_ids.append(token)
             sampled.append(SampledToken(state.request_id, token, logprob))
         return StepResult(step.step_id, sampled)
+
+    def _forward(self, input_ids: list[int], layout: list[tuple[int, int, list[int]]],
+                 sample_rows: list[int]) -> torch.Tensor | None:
+        """The module path: the step's attention metadata, the forward, and the logits of the
+        rows that sample (None when none does)."""
+        meta = build_attention_metadata(layout, self.config.block_size, self.device,
+                                        decode_kernel=self.decode_kernel,
+                                        sliding_window=self.spec.sliding_window,
+                                        window_only=self.spec.all_layers_windowed)
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
+        hidden = self.model(ids, meta.positions, meta, self.kv_caches)
+        if self.heap_trimmer is not None and len(input_ids) > len(layout):
+            self.heap_trimmer.after_step(len(input_ids) - len(layout))
+        if not sample_rows:
+            return None
+        last = meta.last_token_index
+        rows = last if len(sample_rows) == len(layout) else last[sample_rows]
+        return self.model.compute_logits(hidden.index_select(0, rows))
 
     def _previous_token(self, step_id: int, state: SequenceState) -> int:
         """The token a ``[PREVIOUS_TOKEN]`` chunk stands for: the last one sampled here."""

@@ -51,6 +51,18 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
     return logits.argmax(dim=-1).tolist()
 
 
+def argmax_only(states: Sequence[SequenceState], bitmask: GrammarBitmask | None) -> bool:
+    """Every row greedy with no penalty, ``min_tokens`` mask, logit bias or logprobs, and no
+    grammar: its token is the argmax of its logits (``greedy_tokens``), nothing else."""
+    if bitmask is not None:
+        return False
+    for s in states:
+        if not s.greedy or s.has_penalty or s.params.logprobs is not None \
+                or s.masks_stop_now or s.logit_bias_ids:
+            return False
+    return True
+
+
 @dataclass(slots=True)
 class SamplerOutput:
     token_ids: list[int]
@@ -90,14 +102,9 @@ class Sampler:
         if n == 0:
             return SamplerOutput([], [])
         logits = logits[:, :self.vocab_size]
-        all_greedy = True
-        plain = True  # no penalties, no min_tokens mask, no logprobs
-        for s in states:
-            all_greedy &= s.greedy
-            plain &= not (s.has_penalty or s.params.logprobs is not None or s.masks_stop_now
-                          or s.logit_bias_ids)
-        if all_greedy and plain and bitmask is None:
+        if argmax_only(states, bitmask):
             return SamplerOutput(greedy_tokens(logits), [None] * n)
+        all_greedy = all(s.greedy for s in states)
         if bitmask is not None and (len(bitmask.data) != len(bitmask.rows) * bitmask.words * 4
                                     or any(not 0 <= r < n for r in bitmask.rows)):
             raise ValueError(f"grammar bitmask of {len(bitmask.data)} bytes for rows "

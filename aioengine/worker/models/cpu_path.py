@@ -30,6 +30,7 @@ from aioengine.worker.models.layers import RMSNorm
 from aioengine.worker.models.spec import ModelSpec
 from aioengine.worker.ops import CpuOps, load_cpu_ops
 from aioengine.worker.ops.plan import enabled as plan_enabled
+from aioengine.worker.ops.plan import lane_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +195,20 @@ class CpuLayerPath:
                 raise ValueError(f"layer {i}: a CPU layer op rejected its inputs (code {code}:"
                                  " bad sizes)")
         return x
+
+    def decode_logits(self, ids: list[int], chunks: list[tuple[int, int, list[int]]],
+                      block_size: int, kernel: Any, kv_caches: list[torch.Tensor],
+                      greedy: bool = False) -> tuple[torch.Tensor, list[int] | None] | None:
+        """A decode step from token ids to logits (and with ``greedy`` their argmax) in the
+        plan's one call (``DecodePlan.step_logits``), or None: the module path runs it
+        (``AIOENGINE_DECODE_LANE=0``, no plan or lane for this model, a step the lane does
+        not take)."""
+        if not lane_enabled():
+            return None
+        plan = self._decode_plan(kv_caches)
+        if plan is None:
+            return None
+        return plan.step_logits(ids, chunks, block_size, kernel, kv_caches, greedy)
 
     def _decode_plan(self, kv_caches: list[torch.Tensor]) -> DecodePlan | None:
         """The model's decode plan over these caches (built on first use, rebuilt when the

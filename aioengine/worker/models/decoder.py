@@ -232,6 +232,19 @@ class CausalLM(nn.Module):
         h, _ = self.norm.add_forward(h, residual)
         return h
 
+    def decode_logits(self, input_ids: list[int], chunks: list[tuple[int, int, list[int]]],
+                      block_size: int, kernel: Any, kv_caches: list[torch.Tensor],
+                      greedy: bool = False) -> tuple[torch.Tensor, list[int] | None] | None:
+        """``compute_logits(forward(...))`` of a step of decodes (chunk ``(start_pos, 1,
+        block_table)`` per token of ``input_ids``), and with ``greedy`` each row's argmax, by
+        the CPU path's decode lane: the same numbers in one compiled call. None where it does
+        not run (other devices and dtypes, models and steps it does not take): build the
+        metadata and call ``forward``."""
+        if self.cpu_path is None:
+            return None
+        return self.cpu_path.decode_logits(input_ids, chunks, block_size, kernel, kv_caches,
+                                           greedy)
+
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         head = self.embed_tokens if self.lm_head is None else self.lm_head

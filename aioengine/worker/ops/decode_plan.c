@@ -21,11 +21,13 @@
 #define _POSIX_C_SOURCE 199309L
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #define PLAN_OK 0
 #define PLAN_BAD_SHAPE -101
 #define PLAN_BAD_KIND -102
+#define PLAN_BAD_ID -103
 
 typedef int (*segs_fn)(const void *segs, int nseg, const float *x, int64_t ldx, int64_t m,
                        int64_t k, float *y, int64_t ldy, int nthreads);
@@ -51,6 +53,8 @@ typedef int (*attn_heads_fn)(const float *q, int64_t q_stride, const int64_t *ro
                              float *out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
                              int64_t bs, int64_t num_blocks, int64_t max_blocks, float scale,
                              int64_t h0, int64_t h1);
+typedef int (*rows_fn)(int t, const uint8_t *w, int64_t n, int64_t k, const int64_t *ids,
+                       int64_t m, float *out, int64_t ldo);
 typedef void (*job_fn)(void *arg, int chunk, int nchunks);
 typedef int (*pool_fn)(job_fn fn, void *arg, int nchunks, int nth);
 
@@ -96,10 +100,27 @@ typedef struct {
     const int64_t *rows, *block_tables, *context_lens, *window_starts;
     int64_t b, block_size, num_blocks, max_blocks;
     int32_t qthreads, fthreads; /* quantized kernels' and F32 GEMV's thread counts */
-    int64_t *op_ns; /* NULL, or [10]: nanoseconds spent per op (the `where` numbering) */
+    int64_t *op_ns; /* NULL, or [11]: nanoseconds per op (`where`'s numbering; 10: LM head) */
     /* NULL, or attention split by kv head over the quantized kernels' pool (qthreads > 1) */
     pool_fn pool_run;
     attn_heads_fn attention_heads;
+    /* The decode lane: the whole step from token ids to logits (each part off when NULL).
+     * ids: the embedding rows of these [T] token ids become residual (embed_rows: an x8
+     * quantized table, qk_rows_x8; else float32 rows [embed_n, hidden] at embed_w).
+     * positions: rows [T] of the rotary tables [table_rows, half] are copied to cos/sin.
+     * logits: [T, head.n] = the final-normed hidden x @ head^T. */
+    const int64_t *ids;
+    rows_fn embed_rows;
+    const void *embed_w;
+    int64_t embed_n;
+    int32_t embed_qtype, pad2;
+    const int64_t *positions;
+    const float *cos_table, *sin_table;
+    int64_t table_rows;
+    plan_linear head;
+    float *logits;
+    int64_t *argmax; /* NULL, or [T]: each logits row's first largest value (NaN first) */
+    int64_t vocab;   /* the columns argmax looks at (head.n may pad past the vocabulary) */
 } plan_step;
 
 #define PLAN_MAX_SPLIT 64
@@ -178,15 +199,104 @@ static int linear(const plan_step *p, const plan_linear *l, const float *x, floa
     return PLAN_BAD_KIND;
 }
 
+/* the step's embedding rows into residual (every id checked before anything is written) */
+static int embed(const plan_step *p) {
+    const int64_t h = p->hidden;
+    for (int64_t i = 0; i < p->t; i++)
+        if (p->ids[i] < 0 || p->ids[i] >= p->embed_n) return PLAN_BAD_ID;
+    if (p->embed_rows)
+        return p->embed_rows(p->embed_qtype, p->embed_w, p->embed_n, h, p->ids, p->t,
+                             p->residual, h);
+    for (int64_t i = 0; i < p->t; i++)
+        memcpy(p->residual + i * h, (const float *)p->embed_w + p->ids[i] * h,
+               (size_t)h * sizeof(float));
+    return PLAN_OK;
+}
+
+/* the rotary tables' rows of the step's positions into cos/sin (the lane's scratch) */
+static int rope_rows(const plan_step *p) {
+    const int64_t half = p->half;
+    for (int64_t i = 0; i < p->t; i++) {
+        const int64_t pos = p->positions[i];
+        if (pos < 0 || pos >= p->table_rows) return PLAN_BAD_ID;
+        memcpy((float *)p->cos + i * half, p->cos_table + pos * half, (size_t)half * 4);
+        memcpy((float *)p->sin + i * half, p->sin_table + pos * half, (size_t)half * 4);
+    }
+    return PLAN_OK;
+}
+
+typedef struct {
+    const plan_step *p;
+    int64_t row, per;       /* the row, and the columns per chunk */
+    int64_t at[PLAN_MAX_SPLIT];
+    float best[PLAN_MAX_SPLIT];
+} argmax_job;
+
+/* the first index of the largest value in x[0..n), a NaN counting as the largest (numpy's) */
+static int64_t first_max(const float *x, int64_t n, float *best) {
+    int64_t at = 0;
+    float b = x[0];
+    if (b != b) return *best = b, 0;
+    for (int64_t i = 1; i < n; i++) {
+        const float v = x[i];
+        if (v != v) return *best = v, i;
+        if (v > b) b = v, at = i;
+    }
+    return *best = b, at;
+}
+
+static void argmax_chunk(void *arg, int c, int nchunks) {
+    (void)nchunks;
+    argmax_job *j = arg;
+    const int64_t lo = c * j->per, hi = lo + j->per < j->p->vocab ? lo + j->per : j->p->vocab;
+    j->at[c] = lo + first_max(j->p->logits + j->row * j->p->head.n + lo, hi - lo, &j->best[c]);
+}
+
+/* argmax of every logits row, its columns split over the pool (the head's threads wrote
+ * them: read back by one thread they cost ~0.2 ms of a SmolLM2 step from the other core) */
+static int argmax_rows(const plan_step *p) {
+    const int nth = p->qthreads > 1 && p->pool_run ? p->qthreads : 1;
+    const int nchunks = nth < PLAN_MAX_SPLIT ? nth : PLAN_MAX_SPLIT;
+    argmax_job j;
+    j.p = p;
+    j.per = (p->vocab + nchunks - 1) / nchunks;
+    for (int64_t r = 0; r < p->t; r++) {
+        j.row = r;
+        const int used = (int)((p->vocab + j.per - 1) / j.per);
+        if (used > 1) {
+            int rc = p->pool_run(argmax_chunk, &j, used, nth);
+            if (rc) return rc;
+        } else {
+            argmax_chunk(&j, 0, 1);
+        }
+        int64_t at = j.at[0];
+        float b = j.best[0];
+        for (int c = 1; c < used && b == b; c++) /* in order: the first maximum wins */
+            if (j.best[c] > b || j.best[c] != j.best[c]) b = j.best[c], at = j.at[c];
+        p->argmax[r] = at;
+    }
+    return PLAN_OK;
+}
+
 /* Runs every layer; returns 0, or an error code with *where = layer * 16 + op (op: 0 norm,
- * 1 qkv, 2 rope, 3 attention, 4 o, 5 norm, 6 gate_up, 7 silu, 8 down, 9 norm). */
+ * 1 qkv, 2 rope, 3 attention, 4 o, 5 norm, 6 gate_up, 7 silu, 8 down, 9 norm; the lane's
+ * parts: 10 embedding, 11 rotary rows, 12 LM head, with layer 0). */
 int plan_run(const plan_step *p, int64_t *where) {
     const int64_t t = p->t, h = p->hidden, hq = p->hq, hkv = p->hkv, d = p->d;
     const int64_t width = (hq + 2 * hkv) * d, inter = p->inter;
     *where = -1;
     if (t < 1 || p->nlayers < 1 || h < 1 || d < 1 || inter < 1) return PLAN_BAD_SHAPE;
     int64_t t0 = p->op_ns ? now_ns() : 0;
-    int rc = p->add_rms_norm(p->residual, h, NULL, h, p->layers[0].in_w, p->x, h, t, h, p->eps,
+    int rc;
+    if (p->ids && (rc = embed(p))) {
+        *where = 10;
+        return rc;
+    }
+    if (p->positions && (rc = rope_rows(p))) {
+        *where = 11;
+        return rc;
+    }
+    rc = p->add_rms_norm(p->residual, h, NULL, h, p->layers[0].in_w, p->x, h, t, h, p->eps,
                              p->norm_offset, 0);
     if (rc) {
         *where = 0;
@@ -238,6 +348,15 @@ int plan_run(const plan_step *p, int64_t *where) {
     fail:
         *where = i * 16 + op;
         return rc;
+    }
+    if (p->logits) {
+        if (p->head.k != h) return *where = 12, PLAN_BAD_SHAPE;
+        if ((rc = linear(p, &p->head, p->x, p->logits))) return *where = 12, rc;
+        if (p->argmax) {
+            if (p->vocab < 1 || p->vocab > p->head.n) return *where = 12, PLAN_BAD_SHAPE;
+            if ((rc = argmax_rows(p))) return *where = 12, rc;
+        }
+        tick(p, 10, &t0);
     }
     return PLAN_OK;
 }

@@ -28,10 +28,14 @@ DISABLE_ENV = "AIOENGINE_DECODE_PLAN"
 KIND_SEGS, KIND_F32 = 0, 1
 _P, _I, _F, _I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int32
 OPS = ("input norm", "qkv", "rope/KV write", "attention", "o_proj", "post-attention norm",
-       "gate_up", "SiLU*up", "down", "next norm")
-"""``plan_run``'s op numbers (``where % 16``)."""
+       "gate_up", "SiLU*up", "down", "next norm", "LM head")
+"""``plan_run``'s op numbers (``where % 16``; the decode lane's embedding and rotary rows are
+timed with the input norm)."""
+LANE_OPS = {10: "embedding", 11: "rotary rows", 12: "LM head"}
+"""The decode lane's parts in ``where`` (outside the layers)."""
 _ERRORS = {-101: "bad sizes (a layer's linears do not fit the model's sizes)",
-           -102: "unknown linear kind"}
+           -102: "unknown linear kind",
+           -103: "a token id or position outside the table"}
 _OPS_ERRORS = {-1: "bad sizes or leading dimensions", -2: "a KV slot is outside the cache"}
 
 
@@ -58,6 +62,10 @@ class PlanStep(ctypes.Structure):
         ("b", _I), ("block_size", _I), ("num_blocks", _I), ("max_blocks", _I),
         ("qthreads", _I32), ("fthreads", _I32), ("op_ns", _P),
         ("pool_run", _P), ("attention_heads", _P),
+        ("ids", _P), ("embed_rows", _P), ("embed_w", _P), ("embed_n", _I),
+        ("embed_qtype", _I32), ("pad2", _I32), ("positions", _P), ("cos_table", _P),
+        ("sin_table", _P), ("table_rows", _I), ("head", PlanLinear), ("logits", _P),
+        ("argmax", _P), ("vocab", _I),
     ]
 
 
@@ -70,10 +78,10 @@ def error_text(code: int, where: int) -> str:
     if where < 0:
         return f"decode plan rejected its inputs: {_ERRORS.get(code, f'code {code}')}"
     layer, op = divmod(where, 16)
-    name = OPS[op] if op < len(OPS) else f"op {op}"
+    name = OPS[op] if op < len(OPS) - 1 else LANE_OPS.get(op, f"op {op}")
     if code in _ERRORS:
         what = _ERRORS[code]
-    elif op in (1, 4, 6, 8):  # the quantized kernels' or the F32 GEMV's codes
+    elif op in (1, 4, 6, 8, 10, 12):  # the quantized kernels' or the F32 GEMV's codes
         from aioengine.worker.quant.kernel import error_text as quant_error
 
         what = quant_error(code)
@@ -83,12 +91,22 @@ def error_text(code: int, where: int) -> str:
         what = attn_errors.get(code, f"code {code}")
     else:
         what = _OPS_ERRORS.get(code, f"code {code}")
-    return f"decode plan rejected its inputs at layer {layer}, {name}: {what} (code {code})"
+    at = name if op in LANE_OPS else f"layer {layer}, {name}"
+    return f"decode plan rejected its inputs at {at}: {what} (code {code})"
 
 
 SPLIT_ENV = "AIOENGINE_DECODE_PLAN_SPLIT"
 """``0``: the plan runs each layer's attention as one call on the stepping thread instead of
 splitting its kv heads over the kernels' pool (A/B)."""
+
+
+LANE_ENV = "AIOENGINE_DECODE_LANE"
+"""``0``: decode steps run the embedding, rotary rows and LM head in Python around the plan
+(the module path) instead of in the plan's call (A/B)."""
+
+
+def lane_enabled() -> bool:
+    return os.environ.get(LANE_ENV, "1") != "0"
 
 
 def enabled() -> bool:
@@ -142,6 +160,6 @@ def load_plan_lib(compiler_name: str | None = None) -> PlanLib:
     return _lib
 
 
-__all__ = ["DISABLE_ENV", "KIND_F32", "KIND_SEGS", "SPLIT_ENV", "PlanError", "PlanLayer",
-           "PlanLib", "PlanLinear", "PlanStep", "enabled", "error_text", "fn_address",
-           "load_plan_lib", "split_attention"]
+__all__ = ["DISABLE_ENV", "KIND_F32", "KIND_SEGS", "LANE_ENV", "LANE_OPS", "SPLIT_ENV",
+           "PlanError", "PlanLayer", "PlanLib", "PlanLinear", "PlanStep", "enabled",
+           "error_text", "fn_address", "lane_enabled", "load_plan_lib", "split_attention"]

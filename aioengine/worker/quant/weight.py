@@ -39,6 +39,20 @@ from aioengine.worker.threads import kernel_threads
 
 logger = logging.getLogger(__name__)
 
+_layout_epoch = 0
+
+
+def layout_epoch() -> int:
+    """A count that moves whenever any ``QuantizedWeight``'s decode plan or policy changes in
+    this process: the decode plan (which holds their pointers) checks its weights one by one
+    only when it moved (120 checks were ~0.1 ms of a batch-1 SmolLM2 step)."""
+    return _layout_epoch
+
+
+def _layout_changed() -> None:
+    global _layout_epoch
+    _layout_epoch += 1
+
 QUANTIZATION_MODES = ("gguf", *QTYPES)
 """Values of ``EngineConfig.quantization`` (besides None: float weights)."""
 
@@ -185,6 +199,7 @@ class QuantizedWeight:
 
     def __init__(self, out_features: int, in_features: int, policy: QuantPolicy,
                  kernel: QuantKernel | None = None) -> None:
+        self._plan_now: _Plan | None = None
         self.out_features = out_features
         self.in_features = in_features
         self.policy = policy
@@ -192,6 +207,25 @@ class QuantizedWeight:
         self._parts: dict[int, Segment] = {}
         self._joined: list[Segment] | None = None
         self._plan: _Plan | None = None
+
+    @property
+    def policy(self) -> QuantPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: QuantPolicy) -> None:
+        self._policy = policy
+        _layout_changed()
+
+    @property
+    def _plan(self) -> _Plan | None:
+        return self._plan_now
+
+    @_plan.setter
+    def _plan(self, plan: _Plan | None) -> None:
+        if plan is not self._plan_now:
+            self._plan_now = plan
+            _layout_changed()
 
     def set_rows(self, offset: int, qtype: QType | None, data: torch.Tensor) -> None:
         """Output rows from ``offset``: blocks of ``qtype`` (uint8) or float rows (None)."""

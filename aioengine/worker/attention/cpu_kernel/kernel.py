@@ -56,7 +56,8 @@ class PagedDecodeKernel:
         self.heads_fn = lib.paged_decode_attention_heads
         self.heads_fn16 = lib.paged_decode_attention_heads_f16
 
-    def _fn_for(self, kv_cache: torch.Tensor) -> Any:
+    def fn_for(self, kv_cache: torch.Tensor) -> Any:
+        """The C function for this cache (float32 or float16)."""
         return self._fn16 if kv_cache.dtype == torch.float16 else self._fn
 
     def __call__(self, q: torch.Tensor, kv_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -121,7 +122,7 @@ class PagedDecodeKernel:
                                           or not window_starts.is_contiguous()):
             raise DecodeKernelError(f"window_starts must be a contiguous int64 [{b}] tensor, "
                                     f"got {window_starts.dtype} {tuple(window_starts.shape)}")
-        return BoundDecode(self._fn_for(kv_cache), q.stride(0),
+        return BoundDecode(self.fn_for(kv_cache), q.stride(0),
                            None if rows is None else rows.data_ptr(), t,
                            block_tables.data_ptr(), context_lens.data_ptr(),
                            None if window_starts is None else window_starts.data_ptr(), b, hq,
