@@ -227,7 +227,7 @@ class ModelRunner:
         self._check_ids(step.step_id, input_ids, max_block)
 
         lane = None
-        if len(input_ids) == len(sample_rows) and self.decode_kernel is not None:
+        if len(input_ids) == len(sample_rows) == len(chunks) and self.decode_kernel is not None:
             # every chunk one token and sampled: the CPU decode lane, where it runs (greedy
             # rows' argmax in it too)
             lane = self.model.decode_logits(input_ids, layout, self.config.block_size,

@@ -156,3 +156,67 @@ def test_a_position_past_the_rotary_table_is_refused_by_name(tmp_path):
         r.execute(StepInput(31, [], [ScheduledChunk("far", [5], table, [0] * (table // BLOCK
                                                                              + 1), True)], []))
     assert all(torch.equal(a, b) for a, b in zip(before, r.kv_caches, strict=True))
+
+
+def test_a_float_table_moved_after_the_plan_is_followed(tmp_path, monkeypatch):
+    """Quantized layers, an untied float32 embedding table whose storage is replaced (as
+    ``gemv.huge_page_weights`` replaces a parameter's): the plan sees the new pointer and the
+    lane reads the new table (review of the lane: it kept the freed one)."""
+    make_hf_model("llama", str(tmp_path), seed=11)
+    r = _runner(str(tmp_path), "q8_0", 1)
+    _decode(r, "x", 0.0, steps=2)
+    table = r.model.embed_tokens.weight
+    table.data = (table.data * -3.0).contiguous()
+    monkeypatch.setenv(LANE_ENV, "0")
+    slow, _ = _decode(r, "s", 0.0, steps=2)
+    monkeypatch.setenv(LANE_ENV, "1")
+    fast, _ = _decode(r, "f", 0.0, steps=2)
+    assert fast == slow
+    assert _plan(r).lane_runs == 5
+
+
+def test_a_chunk_without_tokens_is_refused_as_before(tmp_path, monkeypatch):
+    """Two sampled chunks of two and zero tokens (as many tokens as sampled rows): the module
+    path's error, nothing written to the KV cache."""
+    make_hf_model("llama", str(tmp_path), seed=11)
+    r = _runner(str(tmp_path), "none", 1)
+    params = SamplingParams(temperature=0.0, max_tokens=16)
+    r.execute(StepInput(1, [NewSequence("a", [1, 2, 3], [], params),
+                            NewSequence("b", [4, 5, 6], [], params)],
+                        [ScheduledChunk("a", [1, 2, 3], 0, [0, 1], True),
+                         ScheduledChunk("b", [4, 5, 6], 0, [2, 3], True)], []))
+    before = [c.clone() for c in r.kv_caches]
+    for start in (3, -1):
+        with pytest.raises(ValueError, match=r"num_tokens >= 1|start_pos must be >= 0"):
+            r.execute(StepInput(2, [], [ScheduledChunk("a", [7, 8], 3, [0, 1], True),
+                                        ScheduledChunk("b", [] if start > 0 else [9], start,
+                                                       [2, 3], True)], []))
+    assert all(torch.equal(a, b) for a, b in zip(before, r.kv_caches, strict=True))
+
+
+def test_no_lane_over_caches_that_do_not_fit(tmp_path):
+    """KV caches of one kv head for a model of two (allocated for tp_size=2): no lane over
+    them (the module path says what is wrong), nothing written past them."""
+    make_hf_model("llama", str(tmp_path), seed=11)
+    r = _runner(str(tmp_path), "none", 1)
+    _, _, blocks, bs, d = r.kv_caches[0].shape
+    n = 2 * blocks * bs * d
+    buffers = [torch.zeros(2 * n) for _ in r.kv_caches]
+    caches = [b[:n].view(2, 1, blocks, bs, d) for b in buffers]
+    assert r.model.decode_logits([5], [(3, 1, [0, 1])], BLOCK, r.decode_kernel, caches,
+                                 True) is None
+    assert "KV cache of shape" in (r.model.cpu_path._plan[0] if isinstance(
+        r.model.cpu_path._plan, tuple) else r.model.cpu_path._plan.lane_reason)
+    assert all(int((b[n:] != 0).sum()) == 0 for b in buffers)
+    with pytest.raises(ValueError, match="does not fit this rank's 2 kv heads"):
+        r.model(torch.tensor([5]), torch.tensor([3]), None, caches)
+
+
+def test_one_scratch_for_every_batch_size(tmp_path):
+    """Batch sizes 1..5 in turn: one set of scratch rows, sized for the most rows seen."""
+    make_hf_model("llama3-tied", str(tmp_path), seed=7)
+    r = _runner(str(tmp_path), "q8_0", 1)
+    for seqs in (1, 3, 2, 4, 1):
+        _decode(r, f"b{seqs}", 0.0, steps=1, seqs=seqs)
+    plan = _plan(r)
+    assert plan.lane_runs == 5 * 4 and plan._lane_rows == 4 and len(plan._lane_steps) == 1

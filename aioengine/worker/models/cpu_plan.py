@@ -77,6 +77,20 @@ def _max_rows(state: tuple[Any, ...]) -> int:
     return gemv.MAX_ROWS
 
 
+def _lane_caches(kv_caches: list[torch.Tensor], hkv: int, d: int) -> str | None:
+    """Why the lane cannot write and read these caches, or None: every layer's one contiguous
+    ``[2, hkv, num_blocks, block_size, d]`` float32 or float16 tensor (what the module path
+    checks per step: the lane only compares the pointers, and the block size per step)."""
+    shape, dtype = kv_caches[0].shape, kv_caches[0].dtype
+    if len(shape) != 5 or shape[0] != 2 or shape[1] != hkv or shape[4] != d \
+            or dtype not in (torch.float32, torch.float16):
+        return (f"a {dtype} KV cache of shape {tuple(shape)}, not [2, {hkv}, blocks, "
+                f"block_size, {d}] float32 or float16")
+    if any(c.shape != shape or c.dtype != dtype or not c.is_contiguous() for c in kv_caches):
+        return "KV caches of different shapes or dtypes"
+    return None
+
+
 def _lane(model: Any, qk: Any) -> dict[str, Any] | str:
     """What the decode lane reads of ``model`` beyond the layers (the embedding table, the
     rotary tables, the LM head), or why it cannot run it."""
@@ -125,7 +139,7 @@ def _lane(model: Any, qk: Any) -> dict[str, Any] | str:
                 "embed_qtype": segs[0].qtype.ggml_id}
         table_state = ()  # the head's state covers its blocks
     return {"head": head, "head_state": head_state, "table_state": table_state,
-            "cos": cos, "sin": sin, "vocab": spec.vocab_size, **rows}
+            "rotary": rotary, "cos": cos, "sin": sin, "vocab": spec.vocab_size, **rows}
 
 
 def _current(state: tuple[Any, ...]) -> bool:
@@ -156,13 +170,23 @@ class DecodePlan:
         self._scratch: dict[int, tuple[torch.Tensor, ...]] = {}
         self._where = ctypes.c_int64(-1)
         self._op_ns: Any = None
-        self.epoch = layout_epoch()  # the quantized weights' layouts as recorded
-        self.checks_states = any(len(st) != 3 for st in states)  # float weights: every step
         # the decode lane's parts, or why it has none (``step_logits``)
         self.lane = lane
         self.lane_reason = lane if isinstance(lane, str) else None
         self.lane_runs = 0  # steps run by the lane (tests)
-        self._lane_steps: dict[int, tuple[Any, ...]] = {}
+        # its PlanStep per (attention kernel, cache dtype), and scratch for the most rows seen
+        self._lane_steps: dict[tuple[int, torch.dtype], tuple[Any, Any]] = {}
+        self._lane_bufs: tuple[torch.Tensor, ...] = ()
+        self._lane_rows = 0
+        self.epoch = layout_epoch()  # the quantized weights' layouts as recorded
+        # float weights (a layer's, the lane's head or table: pointers, no epoch) every step
+        self.checks_states = any(len(st) == 2 for st in (*states, *self._lane_states()))
+
+    def _lane_states(self) -> tuple[tuple[Any, ...], ...]:
+        lane = self.lane
+        if not isinstance(lane, dict):
+            return ()
+        return tuple(st for st in (lane["head_state"], lane["table_state"]) if st)
 
     @classmethod
     def build(cls, model: Any, ops: CpuOps,
@@ -220,9 +244,8 @@ class DecodePlan:
         # no reference to the caches: a step checks their pointers (caches freed and others
         # allocated at the same addresses are the same memory; their shapes are checked per step)
         keep = (qk, ops, model.norm.weight)
-        shape = kv_caches[0].shape
-        lane = _lane(model, qk) if all(c.shape == shape and c.is_contiguous()
-                                       for c in kv_caches) else "KV caches of different shapes"
+        lane = _lane_caches(kv_caches, hkv, d)
+        lane = _lane(model, qk) if lane is None else lane
         if isinstance(lane, dict):
             lane["max_rows"] = min(max_rows, _max_rows(lane["head_state"]))
         return cls(lib, step, arr, states, tuple(c.data_ptr() for c in kv_caches),
@@ -248,9 +271,7 @@ class DecodePlan:
         epoch = layout_epoch()
         if epoch == self.epoch and not self.checks_states:
             return True
-        lane = self.lane
-        heads = (lane["head_state"], lane["table_state"]) if isinstance(lane, dict) else ()
-        if not all(_current(s) for s in (*self.states, *heads) if s):
+        if not all(_current(s) for s in (*self.states, *self._lane_states())):
             return False
         self.epoch = epoch
         return True
@@ -265,65 +286,79 @@ class DecodePlan:
             self._scratch[t] = bufs
         return bufs
 
-    def _lane_step(self, t: int, kernel: Any, cache: torch.Tensor) -> tuple[Any, ...]:
-        """The lane's ``PlanStep`` for ``t`` rows (its own copy of the plan's, with what does
-        not change from step to step filled in once) and its scratch tensors."""
-        got = self._lane_steps.get(t)
-        if got is not None and got[1] is kernel and got[2] == cache.dtype:
-            return got
+    def _lane_step(self, t: int, kernel: Any, cache: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """The lane's ``PlanStep`` for this attention kernel and cache dtype (a copy of the
+        plan's with what does not change from step to step filled in once) pointing at scratch
+        for ``t`` rows, and the argmax row buffer. The scratch is sized for the most rows seen
+        (the C reads rows at fixed strides: the first ``t`` rows of a larger buffer are a ``[t,
+        ...]`` one), so a batch size that drifts keeps one set."""
         lane = self.lane
         assert isinstance(lane, dict)
-        s = cplan.PlanStep.from_buffer_copy(self.step)
-        half = lane["cos"].shape[1]
-        qkv, attn, y, gu, act = (torch.empty(t, (s.hq + 2 * s.hkv) * s.d),
-                                 torch.empty(t, s.hq, s.d), torch.empty(t, s.hidden),
-                                 torch.empty(t, 2 * s.inter), torch.empty(t, s.inter))
-        residual, x = torch.empty(t, s.hidden), torch.empty(t, s.hidden)
-        cos, sin, argmax = torch.empty(t, half), torch.empty(t, half), \
-            torch.empty(t, dtype=torch.long)
-        f16 = cache.dtype == torch.float16
-        s.attention = cplan.fn_address(kernel.fn_for(cache))
-        s.attention_heads = cplan.fn_address(kernel.heads_fn16 if f16 else kernel.heads_fn) \
-            if cplan.split_attention() else None
-        s.t = s.b = t
-        s.half = half
-        s.residual, s.x, s.qkv, s.attn = residual.data_ptr(), x.data_ptr(), qkv.data_ptr(), \
-            attn.data_ptr()
-        s.y, s.gu, s.act = y.data_ptr(), gu.data_ptr(), act.data_ptr()
-        s.cos, s.sin = cos.data_ptr(), sin.data_ptr()
-        s.rows = s.window_starts = None
-        s.embed_rows, s.embed_w, s.embed_n = lane["embed_rows"], lane["embed_w"], \
-            lane["embed_n"]
-        s.embed_qtype = lane["embed_qtype"]
-        s.cos_table, s.sin_table = lane["cos"].data_ptr(), lane["sin"].data_ptr()
-        s.table_rows = lane["cos"].shape[0]
-        s.head, s.vocab = lane["head"], lane["vocab"]
-        got = (s, kernel, cache.dtype, argmax.data_ptr(),
-               (qkv, attn, y, gu, act, residual, x, cos, sin, argmax))
-        self._lane_steps[t] = got
-        return got
+        key = (id(kernel), cache.dtype)  # the entry holds the kernel: its id stays its own
+        got = self._lane_steps.get(key)
+        s = None if got is None else got[0]
+        if s is None:
+            s = cplan.PlanStep.from_buffer_copy(self.step)
+            f16 = cache.dtype == torch.float16
+            s.attention = cplan.fn_address(kernel.fn_for(cache))
+            s.attention_heads = cplan.fn_address(kernel.heads_fn16 if f16
+                                                 else kernel.heads_fn) \
+                if cplan.split_attention() else None
+            s.half = lane["cos"].shape[1]
+            s.rows = s.window_starts = None
+            s.embed_rows, s.embed_w, s.embed_n = lane["embed_rows"], lane["embed_w"], \
+                lane["embed_n"]
+            s.embed_qtype = lane["embed_qtype"]
+            s.cos_table, s.sin_table = lane["cos"].data_ptr(), lane["sin"].data_ptr()
+            s.table_rows = lane["cos"].shape[0]
+            s.head, s.vocab = lane["head"], lane["vocab"]
+            self._lane_steps[key] = (s, kernel)
+            self._lane_rows = 0  # point the new step at the scratch below
+        if t > self._lane_rows:
+            half, st = lane["cos"].shape[1], self.step
+            self._lane_bufs = (torch.empty(t, (st.hq + 2 * st.hkv) * st.d),
+                               torch.empty(t, st.hq, st.d), torch.empty(t, st.hidden),
+                               torch.empty(t, 2 * st.inter), torch.empty(t, st.inter),
+                               torch.empty(t, st.hidden), torch.empty(t, st.hidden),
+                               torch.empty(t, half), torch.empty(t, half),
+                               torch.empty(t, dtype=torch.long))
+            self._lane_rows = t
+            qkv, attn, y, gu, act, residual, x, cos, sin, _ = self._lane_bufs
+            for step, _ in self._lane_steps.values():
+                step.residual, step.x, step.qkv, step.attn = residual.data_ptr(), \
+                    x.data_ptr(), qkv.data_ptr(), attn.data_ptr()
+                step.y, step.gu, step.act = y.data_ptr(), gu.data_ptr(), act.data_ptr()
+                step.cos, step.sin = cos.data_ptr(), sin.data_ptr()
+        return s, self._lane_bufs[-1]
 
     def step_logits(self, ids: list[int], chunks: list[tuple[int, int, list[int]]],
                     block_size: int, kernel: Any, kv_caches: list[torch.Tensor],
                     greedy: bool = False) -> tuple[torch.Tensor, list[int] | None] | None:
         """The decode lane: float32 logits ``[T, vocab]`` of a step of ``T`` decodes (token
         ``ids[i]`` at position ``chunks[i][0]`` of a sequence whose blocks are
-        ``chunks[i][2]``) over ``kv_caches`` (which the plan must be ``current`` for), the
-        module path's numbers in one C call, and with ``greedy`` each row's argmax (the
-        first largest, as numpy's; else None); None when the lane does not take the step
-        (no lane for this model, more rows than its linears' decode kernels take, a block
-        table too short: the module path runs it and says what is wrong)."""
+        ``chunks[i][2]``, each chunk ``(start_pos, 1, block_table)``) over ``kv_caches``
+        (which the plan must be ``current`` for), the module path's numbers in one C call, and
+        with ``greedy`` each row's argmax (the first largest, as numpy's; else None); None
+        when the lane does not take the step (no lane for this model, a chunk of other than
+        one token, more rows than its linears' decode kernels take, another block size, a
+        negative position or block id, a block table too short: the module path runs it and
+        says what is wrong)."""
         lane = self.lane
         t = len(ids)
-        if not isinstance(lane, dict) or t > lane["max_rows"] or kernel is None:
+        cache = kv_caches[0]
+        if not isinstance(lane, dict) or t > lane["max_rows"] or kernel is None \
+                or len(chunks) != t or cache.shape[3] != block_size \
+                or lane["rotary"].cos_cache is not lane["cos"] \
+                or lane["rotary"].sin_cache is not lane["sin"]:
             return None
-        starts = [c[0] for c in chunks]
+        starts = []
         tables = []
         max_blocks = 1
-        for start, table in zip(starts, (c[2] for c in chunks), strict=True):
+        for start, num, table in chunks:
             needed = start // block_size + 1
-            if len(table) < needed:
+            if num != 1 or start < 0 or len(table) < needed:
                 return None
+            starts.append(start)
             tables.append(table[:needed])
             max_blocks = max(max_blocks, needed)
         flat: list[int] = []
@@ -337,14 +372,14 @@ class DecodePlan:
         ints = torch.tensor(ids + starts + slots + [p + 1 for p in starts] + flat,
                             dtype=torch.long)
         base = ints.data_ptr()
-        cache = kv_caches[0]
-        s, _, _, argmax, bufs = self._lane_step(t, kernel, cache)
+        s, argmax = self._lane_step(t, kernel, cache)
         logits = torch.empty(t, lane["head"].n)
+        s.t = s.b = t
         s.ids, s.positions, s.slots = base, base + 8 * t, base + 16 * t
         s.context_lens, s.block_tables = base + 24 * t, base + 32 * t
         s.slots_per_head, s.num_blocks = cache.shape[2] * cache.shape[3], cache.shape[2]
         s.max_blocks, s.block_size = max_blocks, block_size
-        s.logits, s.argmax = logits.data_ptr(), argmax if greedy else None
+        s.logits, s.argmax = logits.data_ptr(), argmax.data_ptr() if greedy else None
         s.qthreads, s.fthreads = kernel_threads(), gemv.threads()
         s.op_ns = self.step.op_ns
         code = self.lib.run(ctypes.byref(s), ctypes.byref(self._where))
@@ -352,7 +387,7 @@ class DecodePlan:
             raise cplan.PlanError(cplan.error_text(code, self._where.value))
         self.lane_runs += 1
         vocab = lane["vocab"]
-        tokens = bufs[-1].tolist() if greedy else None
+        tokens = argmax[:t].tolist() if greedy else None
         return (logits if logits.shape[1] == vocab else logits[:, :vocab]), tokens
 
     def run(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
