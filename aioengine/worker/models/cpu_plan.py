@@ -167,7 +167,7 @@ class DecodePlan:
         self.runs = 0  # steps run (tests)
         self.cache_dtype = cache_dtype  # picked the rope_store function
         self.keep = keep
-        self._scratch: dict[int, tuple[torch.Tensor, ...]] = {}
+        self._scratch: tuple[torch.Tensor, ...] = ()  # for the most rows seen
         self._where = ctypes.c_int64(-1)
         self._op_ns: Any = None
         # the decode lane's parts, or why it has none (``step_logits``)
@@ -277,14 +277,15 @@ class DecodePlan:
         return True
 
     def _buffers(self, t: int) -> tuple[torch.Tensor, ...]:
-        bufs = self._scratch.get(t)
-        if bufs is None:
+        """``run``'s scratch for ``t`` rows: the first rows of one set sized for the most rows
+        seen (one set per batch size grew with every size a server's batches took)."""
+        if not self._scratch or self._scratch[0].shape[0] < t:
             s = self.step
             width = (s.hq + 2 * s.hkv) * s.d
-            bufs = (torch.empty(t, width), torch.empty(t, s.hq, s.d), torch.empty(t, s.hidden),
-                    torch.empty(t, 2 * s.inter), torch.empty(t, s.inter))
-            self._scratch[t] = bufs
-        return bufs
+            self._scratch = (torch.empty(t, width), torch.empty(t, s.hq, s.d),
+                             torch.empty(t, s.hidden), torch.empty(t, 2 * s.inter),
+                             torch.empty(t, s.inter))
+        return tuple(b[:t] for b in self._scratch)
 
     def _lane_step(self, t: int, kernel: Any, cache: torch.Tensor) -> tuple[Any, torch.Tensor]:
         """The lane's ``PlanStep`` for this attention kernel and cache dtype (a copy of the
