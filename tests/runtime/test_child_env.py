@@ -8,7 +8,7 @@ import os
 import pytest
 
 from aioengine.runtime import ChildSpec, Supervisor
-from aioengine.runtime.heap_env import HUGE_PAGES_ENV, model_process_env
+from aioengine.runtime.heap_env import HUGE_PAGES_ENV, OMP_WAIT_ENV, model_process_env
 from tests.runtime.targets import encode_args
 
 pytestmark = pytest.mark.timeout(90)
@@ -42,12 +42,16 @@ def test_bad_env_is_refused_by_name(env) -> None:
 def test_model_process_env(monkeypatch) -> None:
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     monkeypatch.delenv(HUGE_PAGES_ENV, raising=False)
-    assert model_process_env() == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+    monkeypatch.delenv(OMP_WAIT_ENV, raising=False)
+    passive = {OMP_WAIT_ENV: "PASSIVE"}
+    assert model_process_env() == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", **passive}
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     assert model_process_env() == {
-        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1", **passive}
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")  # the user's choice stands
-    assert model_process_env() == {}
+    assert model_process_env() == passive
     monkeypatch.delenv("GLIBC_TUNABLES")
     monkeypatch.setenv(HUGE_PAGES_ENV, "0")
+    assert model_process_env() == passive
+    monkeypatch.setenv(OMP_WAIT_ENV, "ACTIVE")  # the user's policy stands
     assert model_process_env() == {}
