@@ -24,9 +24,9 @@ from .engine_harness import NAME, EngineHarness
 from .workload import Output, assert_same_greedy, run_core, workload
 
 
-def long_requests(n: int) -> list[AddRequest]:
+def long_requests(n: int, tag: str = "") -> list[AddRequest]:
     params = SamplingParams(max_tokens=90, temperature=0.0, ignore_eos=True)
-    return [AddRequest(f"long{i}", [10 + i, 11, 12], params, time.time()) for i in range(n)]
+    return [AddRequest(f"long{tag}{i}", [10 + i, 11, 12], params, time.time()) for i in range(n)]
 
 
 def kill_worker_mid_generation(h: EngineHarness, rank: int, world: int) -> None:
@@ -34,13 +34,29 @@ def kill_worker_mid_generation(h: EngineHarness, rank: int, world: int) -> None:
     worker, an EngineFailure arrives, and the engine exits through ERROR with no process left."""
     workers = h.workers()
     assert len(workers) == world
-    reqs = long_requests(3)
-    for r in reqs:
-        h.send(r)
-    while not isinstance(h.recv(), StepOutputs):
-        pass
+    # The kill must land while the requests run. On a loaded machine the engine once finished
+    # all three before this process read its first outputs (merged into one frame), and the
+    # errors awaited below never came: such a round is drained and sent again.
+    for attempt in range(5):
+        reqs = long_requests(3, f"-{attempt}-")
+        for r in reqs:
+            h.send(r)
+        outs = {r.request_id: Output() for r in reqs}
+        msg = h.recv()
+        while not isinstance(msg, StepOutputs):
+            msg = h.recv()
+        for d in msg.outputs:
+            outs[d.request_id].add(d)
+        if not any(o.finish_reason for o in outs.values()):
+            break
+        while not all(o.finish_reason for o in outs.values()):
+            msg = h.recv()
+            if isinstance(msg, StepOutputs):
+                for d in msg.outputs:
+                    outs[d.request_id].add(d)
+    else:
+        pytest.fail("the engine finished every round of requests before the kill could land")
     workers[rank].send_signal(signal.SIGKILL)
-    outs = {r.request_id: Output() for r in reqs}
     # EngineFailure comes first (clients fail every stream at once), the per-request errors next
     while not h.failures or not all(o.finish_reason for o in outs.values()):
         msg = h.recv()
