@@ -8,8 +8,14 @@ Threads: an input thread decodes ``ClientMessage`` frames into a queue, an outpu
 ``EngineMessage`` frames out of another; the busy loop only sees the queues. It blocks on the
 input queue while idle, drains it between steps and queues one ``StepOutputs`` per step that
 produced something, already encoded; the output thread merges the ``StepOutputs`` that piled up
-while it was behind into one frame. A fatal error fails every request, sends ``EngineFailure``
-(best effort) and leaves through ERROR.
+while it was behind into one frame.
+
+Last words: a fatal error (a worker died, the executor raised) queues ``EngineFailure`` naming the
+cause, then one error output for every open request, and the engine waits for its output thread
+to hand all of them to the transport (``FINAL_DRAIN_TIMEOUT`` at most: only a client that stopped
+reading makes it wait that long) before it leaves through ERROR; the transport's close then
+flushes what it still holds to a live peer (zmq's linger, uds's flush; shm frames already sit in
+the shared ring). So a client that is reading sees every request's error, then the death.
 
 With the model in this process (uniproc), every Python instruction the I/O threads run holds the
 GIL the model loop needs, and each time they take the GIL back they wait for the loop to let go
@@ -67,6 +73,10 @@ if TYPE_CHECKING:  # the core imports torch: only inside the engine process, in 
 logger = logging.getLogger(__name__)
 
 IDLE_WAIT = 0.1  # seconds an idle loop blocks on the input queue before looking at shutdown
+# Bounds the wait for the output thread on the way out. Generous: on a loaded machine the thread
+# may wait seconds for a CPU, and the frames it still holds are the clients' only news of why
+# their requests ended. A client that is gone ends the wait at once (the send fails).
+FINAL_DRAIN_TIMEOUT = 30.0
 
 Frame = tuple[EngineMessage, bytes]
 """A message for the output thread and its encoding (the loop encodes: see the module doc)."""
@@ -100,6 +110,7 @@ class EngineProc(BusyLoopTarget):
         self._writer: SyncWriter | None = None
         self._threads: list[threading.Thread] = []
         self._follower: ModelCpuFollower | None = None  # uniproc on CPU: see io_threads
+        self._draining = False  # the output thread was told to finish (``_drain_output``)
 
     # ---- lifecycle -------------------------------------------------------------------------
     def init(self, ctx: LoopContext) -> dict[str, Any]:
@@ -172,15 +183,31 @@ class EngineProc(BusyLoopTarget):
             follower.hand_over()
 
     def cleanup(self) -> None:
-        self._out_q.put(None)
+        self._drain_output()
         if self._reader is not None:
             self._reader.close()  # wakes the input thread's recv with ChannelClosedError
         for thread in self._threads:
             thread.join(timeout=5.0)
         if self._writer is not None:
-            self._writer.close()
+            self._writer.close()  # flushes what the transport still holds to a live client
         if self.core is not None:
             self.core.shutdown()
+
+    def _drain_output(self) -> None:
+        """Let the output thread send everything queued so far, then end (bounded by
+        ``FINAL_DRAIN_TIMEOUT``); once only, on the way out."""
+        if self._draining:
+            return
+        self._draining = True
+        self._out_q.put(None)
+        for thread in self._threads:
+            if thread.name != "engine-output":
+                continue
+            thread.join(timeout=FINAL_DRAIN_TIMEOUT)
+            if thread.is_alive():
+                logger.warning("the output thread did not send the engine's last %d frame(s) "
+                               "within %g s (is the client reading?); they may be lost",
+                               self._out_q.qsize(), FINAL_DRAIN_TIMEOUT)
 
     # ---- requests --------------------------------------------------------------------------
     def _handle(self, msg: ClientMessage | _Rejected) -> None:
@@ -224,21 +251,34 @@ class EngineProc(BusyLoopTarget):
 
     def _fail(self, exc: BaseException) -> None:
         """Say why (EngineFailure first: the client fails every stream with EngineDeadError at
-        once), then fail every request, then let the output thread flush (bounded)."""
+        once), then fail every request, then let the output thread send it all (bounded)."""
         message = f"engine failed: {type(exc).__name__}: {exc}"
         logger.error(message)
         self._emit(EngineFailure(message, "".join(traceback.format_exception(exc))))
         try:
+            self._refuse_queued(message)
             deltas = self.core.fail_all(message) if self.core is not None else []
         except Exception:
             logger.exception("could not fail the open requests")
             deltas = []
         if deltas:
             self._emit(StepOutputs(deltas, time.time()))
-        self._out_q.put(None)
-        for thread in self._threads:
-            if thread.name == "engine-output":
-                thread.join(timeout=5.0)
+        self._drain_output()
+
+    def _refuse_queued(self, message: str) -> None:
+        """Answer what the input thread queued but the loop never took: each request ends with
+        the failure's error (``fail_all`` sends it), each utility call gets it as its error."""
+        core = self.core
+        assert core is not None  # _fail runs only once the core exists
+        while not self._in_q.empty():
+            msg = self._in_q.get_nowait()
+            if isinstance(msg, AddRequest):
+                core.reject(msg.request_id, message)
+            elif isinstance(msg, _Rejected):
+                core.reject(msg.request_id, msg.error)
+            elif isinstance(msg, UtilityCall):
+                self._emit(UtilityResult(msg.call_id, error=message))
+            # an AbortRequests needs no answer: every request is ending anyway
 
     # ---- I/O threads -----------------------------------------------------------------------
     def _input_loop(self, ctx: LoopContext) -> None:

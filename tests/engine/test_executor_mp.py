@@ -23,54 +23,56 @@ from .conftest import small_config
 from .engine_harness import NAME, EngineHarness
 from .workload import Output, assert_same_greedy, run_core, workload
 
+LONG_TOKENS = 1000
+KILL_CONFIG = dict(max_model_len=LONG_TOKENS + 8, num_kv_blocks=3 * (LONG_TOKENS + 8) // 4 + 4)
+"""An engine whose three requests of ``LONG_TOKENS`` each take a thousand steps: a kill test's
+margin against the engine finishing them while the test process waits for a CPU."""
+
 
 def long_requests(n: int, tag: str = "") -> list[AddRequest]:
-    params = SamplingParams(max_tokens=90, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=LONG_TOKENS, temperature=0.0, ignore_eos=True)
     return [AddRequest(f"long{tag}{i}", [10 + i, 11, 12], params, time.time()) for i in range(n)]
+
+
+def collect(h: EngineHarness, outs: dict[str, Output]) -> None:
+    msg = h.recv()
+    if isinstance(msg, StepOutputs):
+        for d in msg.outputs:
+            outs[d.request_id].add(d)
 
 
 def kill_worker_mid_generation(h: EngineHarness, rank: int, world: int) -> None:
     """SIGKILL one worker while requests run: every request fails with an error naming the
-    worker, an EngineFailure arrives, and the engine exits through ERROR with no process left."""
+    worker, an EngineFailure arrives, and the engine exits through ERROR with no process left.
+
+    The state the kill needs -- every request running -- is waited for, not raced: once each
+    request has produced a token the worker is stopped (SIGSTOP), so the engine can take them
+    no further than the step in flight; then it is killed."""
     workers = h.workers()
     assert len(workers) == world
-    # The kill must land while the requests run. On a loaded machine the engine once finished
-    # all three before this process read its first outputs (merged into one frame), and the
-    # errors awaited below never came: such a round is drained and sent again.
-    for attempt in range(5):
-        reqs = long_requests(3, f"-{attempt}-")
-        for r in reqs:
-            h.send(r)
-        outs = {r.request_id: Output() for r in reqs}
-        msg = h.recv()
-        while not isinstance(msg, StepOutputs):
-            msg = h.recv()
-        for d in msg.outputs:
-            outs[d.request_id].add(d)
-        if not any(o.finish_reason for o in outs.values()):
-            break
-        while not all(o.finish_reason for o in outs.values()):
-            msg = h.recv()
-            if isinstance(msg, StepOutputs):
-                for d in msg.outputs:
-                    outs[d.request_id].add(d)
-    else:
-        pytest.fail("the engine finished every round of requests before the kill could land")
-    workers[rank].send_signal(signal.SIGKILL)
-    # EngineFailure comes first (clients fail every stream at once), the per-request errors next
+    reqs = long_requests(3)
+    for r in reqs:
+        h.send(r)
+    outs = {r.request_id: Output() for r in reqs}
+    while not all(o.tokens for o in outs.values()):
+        collect(h, outs)
+    victim = workers[rank]
+    victim.suspend()
+    assert not any(o.finish_reason for o in outs.values()), "finished before the worker stopped"
+    victim.send_signal(signal.SIGKILL)
+    # EngineFailure comes first (clients fail every stream at once), the per-request errors next;
+    # the engine sends both before it exits (``core_proc``'s last words), so a PeerClosedError
+    # here means they were lost.
     while not h.failures or not all(o.finish_reason for o in outs.values()):
-        msg = h.recv()
-        if isinstance(msg, StepOutputs):
-            for d in msg.outputs:
-                outs[d.request_id].add(d)
+        collect(h, outs)
     for o in outs.values():
         assert o.finish_reason == "error" and "worker" in o.error, o.error
-        assert len(o.tokens) < 90
-    assert "worker" in h.failures[0].message
+        assert len(o.tokens) < LONG_TOKENS
+    assert "worker" in h.failures[0].message and "SIGKILL" in h.failures[0].message
     assert h.died.wait(60)
     assert h.deaths == [(NAME, 1)]
     assert EventType.ERROR in [e.type for e in h.sup.events(NAME)]
-    _, alive = psutil.wait_procs(workers, timeout=30)
+    _, alive = psutil.wait_procs(workers, timeout=60)
     assert not alive
 
 
@@ -82,6 +84,13 @@ def test_engine_process_mp_one_rank(one_thread, vocab_size, alone_reference, tra
         assert_same_greedy(got, alone_reference)
         stats = msgspec.convert(h.call("get_stats").result, EngineStats)
         assert stats.kv_blocks_used == 0 and stats.num_preempted_total > 0
+    finally:
+        h.close()
+
+
+def test_worker_killed_mid_generation_fails_every_request(one_thread, transport="zmq"):
+    h = EngineHarness(small_config(executor="mp", **KILL_CONFIG), transport=transport)
+    try:
         kill_worker_mid_generation(h, 0, world=1)
     finally:
         h.close()
@@ -95,6 +104,11 @@ def test_engine_process_mp_tensor_parallel_2(one_thread, vocab_size, alone_refer
         assert_same_greedy(got, alone_reference)
         stats = msgspec.convert(h.call("get_stats").result, EngineStats)
         assert stats.kv_blocks_used == 0
+    finally:
+        h.close()
+    h = EngineHarness(small_config(executor="mp", tensor_parallel_size=2, **KILL_CONFIG),
+                      transport="uds")
+    try:
         kill_worker_mid_generation(h, 1, world=2)  # rank 0 is left waiting in a collective
     finally:
         h.close()

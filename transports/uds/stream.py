@@ -14,7 +14,10 @@ from transports.uds import address as A
 from transports.uds.outbound import Outbound
 from transports.uds.peers import AcceptSpec, Peer
 
-LINGER = 1.0  # close() lets an accepted, half-written message finish for this long
+# close() lets an accepted, half-written message finish for this long (to a live reader: a dead
+# one ends it at once). Generous for the same reason as zmq's linger: a process's last frames
+# must get through a machine so loaded that the flush waits seconds for a CPU.
+LINGER = 10.0
 GONE = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN)
 
 Pending = list[tuple[Peer, Outbound]]

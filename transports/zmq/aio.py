@@ -157,8 +157,7 @@ class _AsyncBase(Endpoint):
             if not fut.done():
                 fut.set_exception(ChannelClosedError(f"endpoint {self.address} was closed"))
         ch = self._ch
-        live = ch.ready and ch.gone is None
-        ch.close(C.LINGER_MS if self._writer and live else 0, background=True)
+        ch.close(ch.closing_linger(self._writer), background=True)
 
 
 class ZmqAsyncWriter(_AsyncBase, AsyncWriter):

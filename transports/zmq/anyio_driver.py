@@ -46,8 +46,7 @@ class _AnyioDriver(AnyioClose, _AsyncBase):
 
     def _release(self) -> None:
         ch = self._ch
-        ch.close(C.LINGER_MS if self._writer and ch.ready and ch.gone is None else 0,
-                 background=True)
+        ch.close(ch.closing_linger(self._writer), background=True)
 
 
 class ZmqAnyioWriter(_AnyioDriver, ZmqAsyncWriter):

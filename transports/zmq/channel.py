@@ -25,7 +25,11 @@ from transports.zmq.address import ZmqAddress
 
 log = logging.getLogger(__name__)
 
-LINGER_MS = 1000  # a closing writer gets this long to flush queued messages to a live peer
+# A closing writer gets this long to flush its queued messages to a live peer: a process's last
+# words (an engine's failure and the per-request errors before it exits) must survive a machine
+# so loaded that libzmq's I/O thread waits seconds for a CPU. It ends as soon as the queue is
+# written out; a peer known to be gone gets no linger at all (``closing_linger``).
+LINGER_MS = 10_000
 COPY_BELOW = 64 * 1024  # smaller frames are copied (cheaper than zero-copy bookkeeping)
 RANK_TOPIC = b"\xffaiot-rank:"
 DEFAULT_READER_CAPACITY = 64 * 1024 * 1024  # broadcast readers get no capacity argument
@@ -253,6 +257,19 @@ class Channel:
         return self.mon is not None and bool(self.mon.getsockopt(EVENTS) & POLLIN)  # type: ignore[operator]  # an int option
 
     # ---- closing -------------------------------------------------------------------------------
+    def closing_linger(self, writer: bool) -> int:
+        """The linger for closing this endpoint: ``LINGER_MS`` for a writer whose peer is still
+        there (looked at now: a departed peer would hold the close for the whole linger while
+        libzmq waits to reconnect), else 0."""
+        if not writer or self.closed or not self.ready:
+            return 0
+        try:
+            self.process_events()
+        except zmq.ZMQError as exc:
+            log.debug("%s: could not read peer events before closing: %s", self.url, exc)
+            return 0
+        return LINGER_MS if self.gone is None and self.error is None else 0
+
     def close(self, linger_ms: int, background: bool = False) -> None:
         """Close sockets and the context. A writer passes ``LINGER_MS`` so queued messages still
         reach a live peer; ``background`` terminates the context in a thread (asyncio fronts)."""

@@ -71,7 +71,7 @@ class _Base(BlockingClose, Endpoint):
 
     def _release(self) -> None:
         ch = self._ch
-        ch.close(C.LINGER_MS if self._writer and ch.ready and ch.gone is None else 0)
+        ch.close(ch.closing_linger(self._writer))
 
 
 class ZmqSyncWriter(_Base, SyncWriter):

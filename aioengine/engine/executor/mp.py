@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
 
 import msgspec
 
@@ -42,6 +41,10 @@ logger = logging.getLogger(__name__)
 
 WAIT_SLICE = 0.05  # seconds between looks at the other ranks while waiting on rank 0
 SEND_TIMEOUT = 60.0  # a step frame that cannot be written this long means the workers hang
+# How long a closed result channel waits for its worker's exit to be reported. It ends at the
+# report; a loaded machine may take seconds to reap, and only a worker that closed the channel
+# without exiting (a bug) makes it wait the whole time.
+DEATH_REPORT_WAIT = 10.0
 
 
 def worker_name(rank: int) -> str:
@@ -70,6 +73,7 @@ class MultiprocExecutor(Executor):
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(WorkerOutbound)
         self._dead: str | None = None  # set by the monitor thread when a worker dies
+        self._death_seen = threading.Event()  # set with ``_dead``
         self._lock = threading.Lock()
         self._closed = False
         # Only the driver rank samples, so only one rank knows a PREVIOUS_TOKEN's value.
@@ -100,6 +104,7 @@ class MultiprocExecutor(Executor):
 
     def _on_death(self, name: str, exitcode: int | None) -> None:
         self._dead = f"worker {name} died ({describe_exitcode(exitcode)})"
+        self._death_seen.set()
         logger.error(self._dead)
 
     def check_health(self) -> None:
@@ -160,7 +165,9 @@ class MultiprocExecutor(Executor):
         except TimeoutError:
             return None
         except PeerClosedError as exc:
-            time.sleep(0.2)  # let the monitor name the cause (exit code) if it was a death
+            # A worker closes its result channel as it exits: wait for the monitor to report
+            # the exit, so the error names its cause (exit code, signal).
+            self._death_seen.wait(DEATH_REPORT_WAIT)
             self.check_health()
             raise ExecutorError(f"worker rank {rank} closed its result channel") from exc
         except TransportError as exc:
