@@ -19,8 +19,10 @@ from aioengine.client.backends import check_transport
 from tests.client.conftest import tiny_config
 from tests.client.run_on import BACKENDS, CASE_IDS, CLIENT_CASES
 
-# The contract is 1 s; the bound is generous because the test box is shared and loaded.
-DEATH_BOUND = 3.0
+# The contract is ~1 s and the bench measures it; here the bound only tells "seen by the
+# watchers" from "waited out a timeout" (the RPC and start-up timeouts are 30 s and more), so it
+# is generous: on a box with both cores hogged a reap can wait seconds for a CPU.
+DEATH_BOUND = 20.0
 LONG = SamplingParams(max_tokens=2000, temperature=0.0, ignore_eos=True)
 
 
@@ -61,7 +63,8 @@ async def assert_dead_now(client: AsyncMPClient) -> None:
         await client.get_stats()
     with pytest.raises(EngineDeadError):
         await client.check_health()
-    assert time.monotonic() - t0 < 0.5  # at once, no waiting on a dead engine
+    # at once: a call that waited on the dead engine would take its 10-30 s timeout
+    assert time.monotonic() - t0 < 5.0
 
 
 @pytest.mark.parametrize(("transport", "backend"), CLIENT_CASES, ids=CASE_IDS)
@@ -116,7 +119,9 @@ def test_missing_model_path(tmp_path, backend: str) -> None:
     t0 = time.monotonic()
     with pytest.raises(EngineStartupError, match="no-such-model"):
         anyio.run(main, backend=backend)
-    assert time.monotonic() - t0 < 10
+    # well under the 120 s start-up timeout, which a missed failure would wait out (the engine
+    # imports torch before it looks at the path: seconds on a loaded box)
+    assert time.monotonic() - t0 < 90
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

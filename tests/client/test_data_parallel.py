@@ -122,7 +122,7 @@ def test_dropped_replicated_client_is_collected_and_stops_every_engine() -> None
     import gc
     import weakref
 
-    from tests.client.test_client_lifecycle import engine_gone
+    from tests.client.test_client_lifecycle import engine_gone, tasks_left_after
 
     async def run() -> tuple[bool, list[bool], list[str]]:
         client = AsyncMPClient(tiny_config("shm", data_parallel_size=2))
@@ -135,9 +135,8 @@ def test_dropped_replicated_client_is_collected_and_stops_every_engine() -> None
         collected = ref() is None
         if not collected:  # clean up for the leak check, then fail below
             await ref().shutdown()  # type: ignore[union-attr]
-        await asyncio.sleep(0.2)  # the output tasks see their channels closed
-        left = [t.get_name() for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        return collected, [engine_gone(p, 10) for p in pids], left
+        gone = [engine_gone(p, 60) for p in pids]
+        return collected, gone, await tasks_left_after(30.0)
 
     collected, gone, tasks_left = asyncio.run(run())
     assert collected, "the dropped client is still referenced"

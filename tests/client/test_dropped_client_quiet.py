@@ -13,6 +13,7 @@ import pytest
 
 from aioengine import AsyncMPClient, SamplingParams
 from tests.client.conftest import tiny_config
+from tests.client.test_client_lifecycle import tasks_left_after
 
 SHORT = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
@@ -30,13 +31,13 @@ def test_dropped_client_logs_no_failure(transport: str,
             pids += client.process_ids.values()
             del client
             gc.collect()
-            await asyncio.sleep(0.3)  # the output task ends
+            assert await tasks_left_after(30.0) == []  # the output task ends
         return pids
 
     with caplog.at_level(logging.WARNING, logger="aioengine"):
         pids = asyncio.run(run())
     _, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)],
-                                 timeout=10)
+                                 timeout=60)
     assert not alive, f"engine processes left: {alive}"
     failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert failures == [], failures

@@ -38,7 +38,9 @@ class EngineHarness:
         self.outputs = open_reader(transport, bind=True)
         self.deaths: list[tuple[str, int | None]] = []
         self.died = threading.Event()
-        self.sup = Supervisor(self._on_death)
+        # A generous grace: tests check a clean exit (code 0), which a loaded box may take
+        # seconds to reach; the wait ends when the engine does.
+        self.sup = Supervisor(self._on_death, shutdown_grace=60.0)
         self._enc = msgspec.msgpack.Encoder()
         self._dec = msgspec.msgpack.Decoder(EngineMessage)
         self._call_id = 0
