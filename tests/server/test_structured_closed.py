@@ -83,3 +83,14 @@ async def test_structured_outputs_in_sampling_params_gives_exactly_the_declared_
 
     for text, finish_reason in await asyncio.gather(*(one(100 + s) for s in range(6))):
         check(text, finish_reason)
+
+
+async def test_vllms_disable_additional_properties_is_what_happens_anyway(server) -> None:
+    async with aiohttp.ClientSession() as s, s.post(server.make_url("/v1/completions"), json={
+            "prompt": "person:", "n": 2, "seed": 9, "temperature": 1.0,
+            "max_tokens": MAX_TOKENS, "structured_outputs": {
+                "json": SCHEMA, "disable_additional_properties": True}}) as resp:
+        body = await resp.json()
+        assert resp.status == 200, body
+    for choice in body["choices"]:
+        check(choice["text"], choice["finish_reason"])
