@@ -22,7 +22,7 @@ _SCHEMA_VALUES = ("items", "prefixItems", "additionalProperties", "anyOf", "oneO
 # elsewhere (a sibling ``$ref``, a conditional): closing it could reject what they allow.
 _OPEN_BY = ("additionalProperties", "patternProperties", "unevaluatedProperties", "$ref",
             "if", "then", "else", "dependentSchemas")
-# What an ``allOf`` member may hold for its property names to be merged into its parent.
+# What a part of an object may hold for its property names to be merged into the object's.
 _PLAIN_MEMBER_KEYS = frozenset(("type", "properties", "required", "title", "description"))
 
 
@@ -31,64 +31,75 @@ def closed_objects(schema: Any) -> Any:
     nothing of other keys has ``additionalProperties: false``, at any depth (``properties``,
     ``$defs``/``definitions``, ``items``, ``prefixItems``, ``anyOf``, ``oneOf``, ``allOf``).
 
-    A part of an ``allOf`` is never closed itself (it would reject the other parts' keys):
-    neither a member, nor the alternatives of its ``anyOf``/``oneOf``, nor a definition it
-    points to with ``$ref``; what they hold is. An object made of plain ``allOf`` members
+    An object may be spread over parts: the members of its ``allOf``, and the alternatives of
+    its ``anyOf``/``oneOf`` when it lists properties of its own. A part is never closed alone
+    (it would reject the other parts' keys), nor are the alternatives within it or a
+    definition it points to with ``$ref``; what they hold is. An object whose parts are plain
     (inline, with only ``type``, ``properties`` and ``required``) is closed over all of their
-    names instead: the names are listed in its own ``properties`` (as ``{}``; the members
-    still constrain the values). Anything else built from ``allOf`` stays open. The caller's
-    schema is not changed."""
+    names: they are listed in its own ``properties`` (as ``{}``; the parts still constrain
+    the values). Any other object with parts stays open. The caller's schema is not
+    changed."""
     shared: set[str] = set()
-    _member_refs(schema, member=False, out=shared)
-    return _close(schema, "#", member=False, shared=shared)
+    _part_refs(schema, part=False, out=shared)
+    return _close(schema, "#", part=False, shared=shared)
 
 
-def _member_refs(schema: Any, *, member: bool, out: set[str]) -> None:
-    """The ``$ref`` targets that stand for a part of an ``allOf`` somewhere in ``schema``."""
+def _part_keys(schema: dict[str, Any]) -> tuple[str, ...]:
+    """Which of ``schema``'s keys hold parts of the one object it describes."""
+    if "properties" in schema or "allOf" in schema:
+        return ("allOf", "anyOf", "oneOf")
+    return ("allOf",)  # alternatives alone are objects of their own: each closed
+
+
+def _part_refs(schema: Any, *, part: bool, out: set[str]) -> None:
+    """The ``$ref`` targets that stand for a part of an object somewhere in ``schema``."""
     if isinstance(schema, list):
         for s in schema:
-            _member_refs(s, member=member, out=out)
+            _part_refs(s, part=part, out=out)
         return
     if not isinstance(schema, dict):
         return
-    if member and isinstance(schema.get("$ref"), str):
+    if part and isinstance(schema.get("$ref"), str):
         out.add(schema["$ref"])
+    parts = _part_keys(schema)
     for key, value in schema.items():
-        if key == "allOf":
-            _member_refs(value, member=True, out=out)
+        if key in parts:
+            _part_refs(value, part=True, out=out)
         elif key in ("anyOf", "oneOf"):
-            _member_refs(value, member=member, out=out)
+            _part_refs(value, part=part, out=out)
         elif key in _SCHEMA_MAPS and isinstance(value, dict):
-            _member_refs(list(value.values()), member=False, out=out)
+            _part_refs(list(value.values()), part=False, out=out)
         elif key in _SCHEMA_VALUES:
-            _member_refs(value, member=False, out=out)
+            _part_refs(value, part=False, out=out)
 
 
-def _close(schema: Any, path: str, *, member: bool, shared: set[str]) -> Any:
+def _close(schema: Any, path: str, *, part: bool, shared: set[str]) -> Any:
     if isinstance(schema, list):
-        return [_close(s, f"{path}/{i}", member=member, shared=shared)
+        return [_close(s, f"{path}/{i}", part=part, shared=shared)
                 for i, s in enumerate(schema)]
     if not isinstance(schema, dict):
         return schema
-    member = member or path in shared
+    part = part or path in shared
+    parts = _part_keys(schema)
     out: dict[str, Any] = {}
     for key, value in schema.items():
         here = f"{path}/{_escape(key)}"
         if key in _SCHEMA_MAPS and isinstance(value, dict):
-            out[key] = {k: _close(v, f"{here}/{_escape(k)}", member=False, shared=shared)
+            out[key] = {k: _close(v, f"{here}/{_escape(k)}", part=False, shared=shared)
                         for k, v in value.items()}
-        elif key in ("anyOf", "oneOf"):  # alternatives of this same object
-            out[key] = _close(value, here, member=member, shared=shared)
-        elif key == "allOf":
-            out[key] = _close(value, here, member=True, shared=shared)
+        elif key in parts:
+            out[key] = _close(value, here, part=True, shared=shared)
+        elif key in ("anyOf", "oneOf"):  # alternatives of what this schema is
+            out[key] = _close(value, here, part=part, shared=shared)
         elif key in _SCHEMA_VALUES:
-            out[key] = _close(value, here, member=False, shared=shared)
+            out[key] = _close(value, here, part=False, shared=shared)
         else:
             out[key] = value
-    if member or any(key in out for key in _OPEN_BY):
+    if part or any(key in out for key in _OPEN_BY):
         return out
-    if "allOf" in out:
-        return _closed_over_members(out)
+    spread = [p for key in parts if isinstance(out.get(key), list) for p in out[key]]
+    if spread:
+        return _closed_over_parts(out, spread)
     if "properties" in out:
         out["additionalProperties"] = False
     return out
@@ -99,13 +110,12 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _closed_over_members(schema: dict[str, Any]) -> dict[str, Any]:
-    members = schema["allOf"]
-    if not all(isinstance(m, dict) and set(m) <= _PLAIN_MEMBER_KEYS
-               and isinstance(m.get("properties"), dict) for m in members):
+def _closed_over_parts(schema: dict[str, Any], parts: list[Any]) -> dict[str, Any]:
+    if not all(isinstance(p, dict) and set(p) <= _PLAIN_MEMBER_KEYS
+               and isinstance(p.get("properties"), dict) for p in parts):
         return schema
     names: dict[str, Any] = dict(schema.get("properties") or {})
-    for m in members:
-        for name in m["properties"]:
+    for p in parts:
+        for name in p["properties"]:
             names.setdefault(name, {})
     return {**schema, "properties": names, "additionalProperties": False}

@@ -66,6 +66,17 @@ def test_parts_of_an_allof_are_not_closed_alone() -> None:
     assert closed["additionalProperties"] is False
     assert closed["allOf"][1]["properties"]["q"]["additionalProperties"] is False  # a value
 
+    # Alternatives beside the object's own properties are parts of it too.
+    tagged = {"type": "object", "properties": {"kind": {"enum": ["a", "b"]}},
+              "required": ["kind"],
+              "oneOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                        {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
+    closed = closed_objects(tagged)
+    assert all("additionalProperties" not in m for m in closed["oneOf"])
+    assert list(closed["properties"]) == ["kind", "a", "b"]
+    assert closed["properties"]["kind"] == {"enum": ["a", "b"]}
+    assert closed["additionalProperties"] is False
+
     # A part by $ref (hand-written inheritance) and alternatives inside a part: left open.
     inherited = {"$defs": {"Base": {"properties": {"id": {}}},
                            "Other": {"properties": {"o": {}}}},
@@ -112,6 +123,12 @@ def test_the_grammar_admits_only_declared_keys_unless_the_schema_opts_in(backend
     assert admits(backend, split, {"a": 1, "b": 2})
     assert not admits(backend, split, {"a": 1, "b": 2, "c": 3})
     assert not admits(backend, split, {"a": "x", "b": 2})  # the parts still say what a is
+    tagged = {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"],
+              "anyOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                        {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]}
+    assert admits(backend, tagged, {"kind": "x", "a": 1})
+    assert admits(backend, tagged, {"kind": "x", "b": 1})
+    assert not admits(backend, tagged, {"kind": "x", "a": 1, "c": 3})
     # json_object is any object: nothing to close.
     m = backend.matcher(backend.compile(StructuredOutputs(json_object=True)))
     assert all(m.accept(t) for t in backend.tokenizer.tokenize_str('{"any": 1}'))
