@@ -82,13 +82,9 @@ def _from_vllm(so: StructuredOutputsField) -> StructuredOutputs:
                        "generated compact (\", \" and \": \" separators, no other whitespace)",
                        param="structured_outputs.whitespace_pattern",
                        code="unsupported_parameter")
-    if so.disable_additional_properties:
-        raise ApiError(400, "structured_outputs.disable_additional_properties is not supported; "
-                       "set \"additionalProperties\": false in the schema",
-                       param="structured_outputs.disable_additional_properties",
-                       code="unsupported_parameter")
-    # disable_fallback and disable_any_whitespace hold already: there is no fallback backend,
-    # and no free whitespace in JSON.
+    # disable_fallback, disable_any_whitespace and disable_additional_properties hold already:
+    # there is no fallback backend, no free whitespace in JSON, and an object that says nothing
+    # of other keys admits none (aioengine.structured.schema).
     given = {k: getattr(so, k) for k in _KINDS if getattr(so, k) not in (None, False)}
     return _build(given, "structured_outputs")
 

@@ -1,35 +1,12 @@
 """JSON schemas for tool calls: one schema for a whole call of any allowed function (local
-``$ref`` pointers rebased under it), and objects closed to their declared parameters."""
+``$ref`` pointers rebased under it). Its objects are closed to their declared parameters by
+``aioengine.structured.schema.closed_objects``, as response_format's are."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aioengine.server.responses import Json
-
-
-def closed_objects(schema: Any) -> Any:
-    """``schema`` with ``additionalProperties: false`` on every object schema that lists its
-    ``properties`` and says nothing of others: a call's arguments are the declared parameters
-    (OpenAI's strict mode requires it; without it a grammar lets a weak model invent keys
-    until ``max_tokens``). ``allOf`` members are left open: closing them would conflict."""
-    if isinstance(schema, list):
-        return [closed_objects(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {}
-    for key, value in schema.items():
-        if key in ("properties", "$defs", "definitions", "patternProperties"):
-            out[key] = ({k: closed_objects(v) for k, v in value.items()}
-                        if isinstance(value, dict) else value)
-        elif key in ("items", "anyOf", "oneOf", "prefixItems", "additionalProperties"):
-            out[key] = closed_objects(value)
-        else:
-            out[key] = value
-    if "properties" in out and "additionalProperties" not in out \
-            and "patternProperties" not in out:
-        out["additionalProperties"] = False
-    return out
 
 
 def _has_ref(schema: Any) -> bool:

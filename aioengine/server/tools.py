@@ -42,8 +42,8 @@ from aioengine.server.protocol import ChatCompletionRequest, ChatMessage, NamedT
 from aioengine.server.responses import Json
 from aioengine.server.tool_parsers import Parsed, StreamParser, get_parser
 from aioengine.server.tool_prompts import NO_ARGUMENTS, function_dict
-from aioengine.server.tool_schemas import call_schema, closed_objects
-from aioengine.structured import GrammarError, check_spec
+from aioengine.server.tool_schemas import call_schema
+from aioengine.structured import GrammarError, check_spec, closed_objects
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from aioengine.messages.sampling_params import StructuredOutputs
+from aioengine.structured.schema import closed_objects
 
 if TYPE_CHECKING:
     import llguidance
@@ -71,7 +72,9 @@ def spec_key(spec: StructuredOutputs) -> str:
 
 def grammar_text(spec: StructuredOutputs) -> str:
     """The llguidance grammar (its JSON form) for ``spec``; raises ``GrammarError`` for what
-    can be told without compiling (a schema that is not JSON, a GBNF that does not convert)."""
+    can be told without compiling (a schema that is not JSON, a GBNF that does not convert).
+    A JSON schema's objects are closed to their declared properties unless they say otherwise
+    (``aioengine.structured.schema``)."""
     import llguidance
     import llguidance.gbnf_to_lark
 
@@ -86,6 +89,8 @@ def grammar_text(spec: StructuredOutputs) -> str:
         if not isinstance(schema, (dict, bool)):
             raise GrammarError("structured_outputs.json must be a JSON schema object, got "
                                f"{type(schema).__name__}")
+        if kind == "json":  # json_object's ``{"type": "object"}`` lists nothing: any object
+            schema = closed_objects(schema)
         try:
             return llguidance.LLMatcher.grammar_from_json_schema(schema,
                                                                  overrides=_JSON_OPTIONS)

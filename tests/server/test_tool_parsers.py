@@ -204,27 +204,6 @@ def test_tool_aware_template_gets_tools_and_hf_shaped_calls() -> None:
     assert (out.content, out.calls) == ("", [WEATHER, ADD])
 
 
-def test_tool_grammars_close_objects_that_list_their_properties() -> None:
-    from aioengine.server.tool_schemas import closed_objects
-
-    schema = {"type": "object", "properties": {
-        "a": {"type": "object", "properties": {"x": {"type": "string"}}},
-        "b": {"type": "array", "items": {"properties": {"y": {}}}},
-        "c": {"type": "object", "properties": {}, "additionalProperties": {"type": "integer"}},
-        "d": {"allOf": [{"properties": {"p": {}}}, {"properties": {"q": {}}}]},
-        "e": {"$ref": "#/$defs/E"}},
-        "$defs": {"E": {"properties": {"z": {}}}}}
-    closed = closed_objects(schema)
-    assert closed["additionalProperties"] is False
-    props = closed["properties"]
-    assert props["a"]["additionalProperties"] is False
-    assert props["b"]["items"]["additionalProperties"] is False
-    assert props["c"]["additionalProperties"] == {"type": "integer"}  # said: kept
-    assert "additionalProperties" not in props["d"]["allOf"][0]  # would conflict
-    assert closed["$defs"]["E"]["additionalProperties"] is False
-    assert "additionalProperties" not in schema  # the caller's schema is not changed
-
-
 def test_hermes_stream_sends_the_name_then_argument_pieces() -> None:
     """A call that names its function first is sent as it is written: its start as soon as
     the name is known, then each piece of the arguments object (nothing after it)."""
