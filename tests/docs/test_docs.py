@@ -207,3 +207,23 @@ def test_deploying_examples_use_real_serve_flags() -> None:
     used = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", (DOCS / "deploying.md").read_text()))
     assert used, "no flags found"
     assert used <= known, f"unknown flags: {sorted(used - known)}"
+
+
+
+ENV_NAME = re.compile(r"AIOENGINE_[A-Z0-9_]*[A-Z0-9]")
+
+
+def test_every_environment_variable_the_code_reads_is_documented() -> None:
+    """docs/operations.md lists every ``AIOENGINE_*`` name the package and the tests read, and
+    no name the code no longer reads."""
+    package = [*ROOT.glob("aioengine/**/*.py"), *ROOT.glob("transports/**/*.py")]
+    code = {m for p in package for m in ENV_NAME.findall(p.read_text(encoding="utf-8"))}
+    for path in ROOT.glob("tests/**/*.py"):  # what the tests read, not names they make up
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if "environ.get(" in line or "getenv(" in line:
+                code |= set(ENV_NAME.findall(line))
+    page = (DOCS / "operations.md").read_text(encoding="utf-8")
+    section = page.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
+    documented = set(ENV_NAME.findall(section))
+    assert code - documented == set(), "read by the code, missing from docs/operations.md"
+    assert documented - code == set(), "documented, read by no code"
