@@ -1,9 +1,9 @@
 """Leak checks for the autouse fixture in tests/conftest.py.
 
-A test leaks if, after a short grace wait, it leaves a child process (recursive, zombies aside),
-a new ``/dev/shm`` entry, or a new ``aioengine-*`` or ``aiot-*`` (the transports' names) entry in
-the temp dir. Entries that a process
-outside this test's process tree holds open or mapped belong to someone else (another test run
+A test leaks if, after a grace wait (which ends as soon as its children are gone), it leaves a
+child process (recursive, zombies aside), a new ``/dev/shm`` entry, or a new ``aioengine-*`` or
+``aiot-*`` (the transports' names) entry in the temp dir. Entries that a process outside this
+test's process tree holds open or mapped belong to someone else (another test run
 on a shared machine) and are not ours to report. Leftovers are removed after being reported, so
 one bad test does not fail the ones after it.
 """
@@ -132,10 +132,12 @@ class LeakSnapshot:
         self.children = children()
         self.entries = _listing(self.ignore)
 
-    def finish(self, grace: float = 3.0,
+    def finish(self, grace: float = 30.0,
                exclude: Iterable[psutil.Process] = ()) -> list[str]:
         """Wait up to ``grace`` s for new children (other than ``exclude``) to exit, then report
-        and remove leftovers."""
+        and remove leftovers. The wait ends as soon as they are gone, so the generous default
+        (a hang guard for a loaded box, see conftest.py's ``leak_grace``) costs nothing on a
+        clean run."""
         deadline = time.monotonic() + grace
         known = self.children | set(exclude)
         while (new := _alive_unexpected(children() - known)) \

@@ -121,16 +121,18 @@ def slow_init(raw: bytes) -> SlowInit:
 
 def busy_factory(raw: bytes) -> Idle:
     """Builds for a minute without looking at the shutdown flag (as an import or a model load
-    does), then would be an ``Idle``."""
-    _busy(60)
-    return Idle(_args(raw))
+    does), then would be an ``Idle``. Writes the ``started`` file (if given) as it begins."""
+    args = _args(raw)
+    _busy(60, args.get("started"))
+    return Idle(args)
 
 
 class BusyInit(Idle):
-    """``init`` works for a minute without looking at the shutdown flag."""
+    """``init`` works for a minute without looking at the shutdown flag. Writes the
+    ``started`` file (if given) as it begins."""
 
     def init(self, ctx: LoopContext) -> dict[str, Any]:
-        _busy(60)
+        _busy(60, self.args.get("started"))
         return super().init(ctx)
 
 
@@ -138,7 +140,8 @@ def busy_init(raw: bytes) -> BusyInit:
     return BusyInit(_args(raw))
 
 
-def _busy(seconds: float) -> None:
+def _busy(seconds: float, started: str | None = None) -> None:
+    _write_marker(started, f"started {os.getpid()}")  # a test waits for this, not for a time
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         sum(range(10_000))

@@ -114,13 +114,18 @@ def test_sigterm_stops_a_start_up_that_does_not_look_at_the_flag(target, tmp_pat
     # unwinds them, so the child stops itself (exit 0, cleanup run when it had an instance)
     # instead of being SIGKILLed after the grace period, or outliving a parent that gave up.
     marker = tmp_path / "cleaned"
+    started = tmp_path / "started"  # written as the factory / init begins its busy work
     sup = Supervisor(shutdown_grace=30)
     sup.spawn(ChildSpec("aioengine-test-busy", f"tests.runtime.targets:{target}",
-                        encode_args(marker=str(marker))))
+                        encode_args(marker=str(marker), started=str(started))))
+    # A state, not a time: STARTUP is sent before the target module is imported and the
+    # factory called, so only the child's own "started" file says it is inside the factory /
+    # init (for busy_init: an instance exists, so its cleanup must run). 60 s: a hang guard for
+    # a loaded box; the busy work lasts 60 s, so the SIGTERM lands inside it.
     deadline = time.monotonic() + 60
-    while not sup.events("aioengine-test-busy") and time.monotonic() < deadline:
+    while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(0.2)  # inside the factory / init by now
+    assert started.exists(), "the child never began its busy start-up"
     sup.shutdown()  # SIGTERM, then up to 30 s before a SIGKILL
     assert sup.exitcode("aioengine-test-busy") == 0
     assert [e.type for e in sup.events("aioengine-test-busy")] == [

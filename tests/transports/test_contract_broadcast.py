@@ -107,11 +107,14 @@ def test_broadcast_writer_close_ends_every_reader(transport: str) -> None:
         w.send(b"only")
         w.close()
         for r in readers:
-            assert bytes(r.recv(timeout=10).header) == b"only"
+            assert bytes(r.recv(timeout=30).header) == b"only"
             start = time.monotonic()
+            # The close is seen event-driven: ms on an idle box. The failure mode is a recv
+            # that only ends at its timeout (60 s, a TimeoutError); the bound is 10 s, room
+            # for a loaded box (2 hogged cores) and still far below that.
             with pytest.raises(T.PeerClosedError):
-                r.recv(timeout=10)
-            assert time.monotonic() - start < 1.0
+                r.recv(timeout=60)
+            assert time.monotonic() - start < 10.0
     finally:
         w.close()
         for r in readers:

@@ -104,7 +104,7 @@ def test_a_sigkilled_binder_leaves_nothing_in_tmp_or_dev_shm(kind: str) -> None:
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a hang guard: reaping can lag on a loaded box
     while names & set(_unix_socket_paths().values()) and time.monotonic() < deadline:
         time.sleep(0.05)  # the kernel drops a dead process's names as it reaps its sockets
     assert not names & set(_unix_socket_paths().values())

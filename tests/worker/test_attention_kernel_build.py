@@ -117,8 +117,11 @@ def test_concurrent_first_builds_from_two_processes(tmp_path, cache):
     publishes its build by rename: both load the same complete file, no temporary is left."""
     sync = tmp_path / "sync"
     sync.mkdir()
+    # The barrier waits for the state "both compilers started", up to 1800 rounds (90 s+, a
+    # hang guard under communicate's 120 s): two cold interpreters importing torch on a loaded
+    # 2-core box can reach the compile far apart (with 20 s the first could build alone).
     cc = wrapper(tmp_path, "slowcc", f'touch {sync}/$$\ni=0\nwhile [ "$(ls {sync} | wc -l)" '
-                 f'-lt 2 ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done\nexec {FAST_CC}')
+                 f'-lt 2 ] && [ $i -lt 1800 ]; do sleep 0.05; i=$((i+1)); done\nexec {FAST_CC}')
     env = os.environ | {"AIOENGINE_CACHE": str(cache)}
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, cc], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]

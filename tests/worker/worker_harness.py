@@ -44,7 +44,10 @@ class WorkerHarness:
         self.world = world
         self.deaths: list[tuple[str, int | None]] = []
         self.died = threading.Event()
-        self.sup = Supervisor(on_death=self._on_death, shutdown_grace=5.0)
+        # A generous grace: a bound on a wait, which ends as soon as the workers are gone. On a
+        # loaded box a graceful stop (gloo teardown, freeing the model) can outlast 5 s, and a
+        # SIGKILL after the grace would read as an unclean exit to the tests that check one.
+        self.sup = Supervisor(on_death=self._on_death, shutdown_grace=60.0)
         self.steps = open_broadcast_writer(transport, world)
         self.results = [open_reader(transport, bind=True) for _ in range(world)]
         self._enc = msgspec.msgpack.Encoder()
