@@ -76,7 +76,7 @@ def interrupt_program(cmd: Sequence[str], when: float | str, *, group: bool = Tr
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(30)
         reader.join(10)
-    alive = wait_exited(seen.values(), 10)
+    alive = wait_exited(seen.values(), 60)  # returns when they are gone; a loaded box is slow
     for p in alive:
         p.kill()
     assert not alive, f"processes left behind: {alive}\n" + "\n".join(lines)
