@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestServer
 from aioengine import AsyncMPClient
 from aioengine.server import ServerSettings
 from tests.server.app_server import app_server, openai_client
-from tests.server.engine_setup import engine_config
+from tests.server.engine_setup import engine_config, long_engine_config
 
 
 # Package scope: one engine for the ~17 modules that use it (a start costs ~3 s on the 2-core
@@ -26,6 +26,15 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="package")
 async def engine(anyio_backend: str) -> AsyncIterator[AsyncMPClient]:
     async with AsyncMPClient(engine_config()) as client:
+        yield client
+
+
+@pytest.fixture(scope="package")
+async def long_engine(anyio_backend: str) -> AsyncIterator[AsyncMPClient]:
+    """An engine with tiny's whole context, for the tests that must abort a request while it
+    certainly still decodes (engine_setup.LONG_TOKENS). Started once, on first use; its tests
+    read its counters as deltas and wait for it to be idle, as with ``engine``."""
+    async with AsyncMPClient(long_engine_config()) as client:
         yield client
 
 

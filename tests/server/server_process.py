@@ -14,6 +14,15 @@ import time
 import psutil
 
 from tests.runtime.leaks import wait_exited
+from tests.server.engine_setup import LONG_MAX_MODEL_LEN, LONG_TOKENS
+
+__all__ = ["LONG_CONTEXT", "LONG_TOKENS", "ROOT", "ServerProcess", "wait_for"]
+
+# For a test whose kill, abort or SIGTERM must land while a request still decodes: the
+# server's engine gets tiny's whole context (the default here is 256) and the request
+# LONG_TOKENS with ignore_eos, seconds of decoding even on an idle box, where ~240 tokens
+# (under a second) could end on their own before a loaded box delivered the signal.
+LONG_CONTEXT = ("--max-model-len", str(LONG_MAX_MODEL_LEN))  # later flags win: pass as *args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _LISTENING = re.compile(r"listening on (https?://[\d.]+:\d+)")
@@ -49,6 +58,11 @@ class ServerProcess:
     def terminate(self, timeout: float = 60.0) -> int:
         """SIGTERM, wait, return the exit code; asserts nothing was left running."""
         self.proc.send_signal(signal.SIGTERM)
+        return self.wait_stopped(timeout)
+
+    def wait_stopped(self, timeout: float = 60.0) -> int:
+        """After a SIGTERM (``terminate``, or sent by the test itself): wait for the exit,
+        return the exit code; asserts nothing was left running."""
         try:
             rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -44,9 +44,18 @@ async def test_metrics_count_outcomes_and_latencies(server):
                  outcome="rejected") == 1
     assert delta("aioengine_time_to_first_token_seconds",
                  "aioengine_time_to_first_token_seconds_count") == 1
-    # 5 tokens: 4 gaps, unless steps merged some (then fewer, never more)
-    assert 1 <= delta("aioengine_inter_token_latency_seconds",
-                      "aioengine_inter_token_latency_seconds_count") <= 4
+    # 5 tokens: 4 gaps, unless steps merged some (then fewer, never more). A gap is counted
+    # per arrival of new tokens at the client, and on a loaded box all 5 can arrive in one
+    # frame (the engine merges what its output thread has not sent yet): then 0 gaps.
+    itl_count = delta("aioengine_inter_token_latency_seconds",
+                      "aioengine_inter_token_latency_seconds_count")
+    assert 0 <= itl_count <= 4, itl_count
+    # ... and the gaps lie within the request: their sum is at most its end-to-end time.
+    itl_sum = delta("aioengine_inter_token_latency_seconds",
+                    "aioengine_inter_token_latency_seconds_sum")
+    e2e_sum = delta("aioengine_e2e_request_latency_seconds",
+                    "aioengine_e2e_request_latency_seconds_sum")
+    assert 0 <= itl_sum <= e2e_sum, (itl_sum, e2e_sum)
     assert after["aioengine_engine_up"].samples[0].value == 1.0
     for gauge in ("aioengine_num_requests_running", "aioengine_num_requests_waiting",
                   "aioengine_kv_cache_usage_ratio", "aioengine_prefix_cache_hit_rate"):

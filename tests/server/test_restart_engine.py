@@ -6,12 +6,13 @@ process of the old one is left; after ``--max-engine-restarts`` in a row it exit
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import psutil
 import requests
 
-from tests.server.server_process import ServerProcess, wait_for
+from tests.server.server_process import LONG_CONTEXT, LONG_TOKENS, ServerProcess, wait_for
 
 
 def _engines(srv: ServerProcess) -> list[psutil.Process]:
@@ -21,10 +22,11 @@ def _engines(srv: ServerProcess) -> list[psutil.Process]:
 
 def _kill_engine_during_a_stream(srv: ServerProcess, s: requests.Session) -> list[psutil.Process]:
     """SIGKILL the engine while a stream runs; the stream ends with engine_dead + [DONE].
-    Returns the processes the engine was made of."""
+    Returns the processes the engine was made of. The server runs with LONG_CONTEXT: the
+    stream (LONG_TOKENS) cannot end on its own before the kill lands."""
     before = [p for p in psutil.Process(srv.proc.pid).children(recursive=True)
               if p.name().startswith("aioengine-")]  # not the resource tracker, kept
-    body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    body = {"prompt": "x", "max_tokens": LONG_TOKENS, "ignore_eos": True, "stream": True}
     with s.post(srv.url + "/v1/completions", json=body, stream=True, timeout=60) as stream:
         lines = stream.iter_lines()
         assert next(line for line in lines if line).startswith(b"data: {")  # it has begun
@@ -42,7 +44,7 @@ def _health(s: requests.Session, url: str) -> tuple[int, str | None]:
 
 
 def test_engine_killed_is_restarted_in_process():
-    with ServerProcess("--on-engine-death", "restart") as srv:
+    with ServerProcess("--on-engine-death", "restart", *LONG_CONTEXT) as srv:
         s = requests.Session()
         assert _health(s, srv.url) == (200, None)
         old = _kill_engine_during_a_stream(srv, s)
@@ -86,7 +88,8 @@ def test_engine_killed_is_restarted_in_process():
 
 
 def test_restarts_in_a_row_are_capped():
-    with ServerProcess("--on-engine-death", "restart", "--max-engine-restarts", "1") as srv:
+    with ServerProcess("--on-engine-death", "restart", "--max-engine-restarts", "1",
+                       *LONG_CONTEXT) as srv:
         s = requests.Session()
         _kill_engine_during_a_stream(srv, s)
         wait_for(lambda: _health(s, srv.url)[0] == 200, 120, "the first restart")
@@ -99,14 +102,32 @@ def test_restarts_in_a_row_are_capped():
 
 
 def test_sigterm_while_restarting_stops_cleanly():
-    with ServerProcess("--on-engine-death", "restart") as srv:
+    with ServerProcess("--on-engine-death", "restart", *LONG_CONTEXT) as srv:
         s = requests.Session()
         old = _kill_engine_during_a_stream(srv, s)
         wait_for(lambda: _health(s, srv.url) == (503, "engine_restarting"), 60,
                  "the restart to begin")
-        time.sleep(1.5)  # past the 1 s backoff: the new engine is starting
+        # The new engine's process exists (it is named first thing, before its imports and
+        # model load): a state, where a sleep past the 1 s backoff guessed it (the backoff
+        # starts after the dead engine's shutdown, and a spawn is slow on a loaded box).
+        new: list[psutil.Process] = []
+
+        def started() -> bool:
+            new[:] = [p for p in _engines(srv) if p not in old]
+            return bool(new)
+
+        wait_for(started, 60, "the new engine's process")
         srv.descendants = psutil.Process(srv.proc.pid).children(recursive=True)
-        assert any(p.name().startswith("aioengine-") for p in srv.descendants)
-        assert srv.terminate() == 0, srv.output()  # asserts none of them is left
+        [engine] = new
+        # Held mid-start (SIGSTOP) until the server has taken the SIGTERM: the restart cannot
+        # finish first, however the box schedules us, so the SIGTERM lands while restarting.
+        engine.suspend()
+        try:
+            assert _health(s, srv.url) == (503, "engine_restarting")
+            srv.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: "SIGTERM: stopping" in srv.output(), 60, "the server's SIGTERM")
+        finally:
+            engine.resume()
+        assert srv.wait_stopped() == 0, srv.output()  # asserts none of them is left
         _, alive = psutil.wait_procs(old, timeout=10)
         assert not alive and "server stopped" in srv.output()

@@ -17,7 +17,7 @@ import openai
 import psutil
 import pytest
 
-from tests.server.server_process import ROOT, ServerProcess
+from tests.server.server_process import LONG_CONTEXT, LONG_TOKENS, ROOT, ServerProcess
 
 pytestmark = pytest.mark.anyio
 
@@ -110,15 +110,16 @@ def test_an_address_it_cannot_serve_fails_fast_and_starts_no_process(host):
 
 
 async def test_openai_client_then_sigterm_mid_stream():
-    # Grace 0: the stream in flight is aborted at once, and still ends properly.
-    with ServerProcess("--grace-period", "0") as srv:
+    # Grace 0: the stream in flight is aborted at once, and still ends properly. The stream
+    # cannot end on its own before the SIGTERM is handled (LONG_CONTEXT, LONG_TOKENS).
+    with ServerProcess("--grace-period", "0", *LONG_CONTEXT) as srv:
         oai = openai.AsyncOpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0)
         try:
             r = await oai.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "hello"}], max_tokens=4)
             assert r.usage.completion_tokens >= 1
             stream = await oai.completions.create(
-                model="tiny", prompt="go", max_tokens=240, stream=True,
+                model="tiny", prompt="go", max_tokens=LONG_TOKENS, stream=True,
                 extra_body={"ignore_eos": True})
             first = await stream.__anext__()
             assert first.choices
@@ -127,7 +128,7 @@ async def test_openai_client_then_sigterm_mid_stream():
             # openai client raises if the connection closes before data: [DONE]).
             rest = [chunk async for chunk in stream]
             assert rest[-1].choices[0].finish_reason == "abort"
-            assert 1 + len(rest) <= 240
+            assert 1 + len(rest) <= LONG_TOKENS
         finally:
             await oai.close()
         assert rc == 0, srv.output()
@@ -141,9 +142,10 @@ async def test_openai_client_then_sigterm_mid_stream():
 async def test_engine_death_exits_1_after_ending_the_streams():
     """The default policy: streams in flight end with an error event, the server exits 1 for
     its supervisor to restart it, and leaves no process behind."""
-    with ServerProcess() as srv:
+    with ServerProcess(*LONG_CONTEXT) as srv:  # the stream cannot end before the kill lands
         async with aiohttp.ClientSession() as s:
-            body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+            body = {"prompt": "x", "max_tokens": LONG_TOKENS, "ignore_eos": True,
+                    "stream": True}
             stream = await s.post(srv.url + "/v1/completions", json=body)
             await stream.content.readuntil(b"\n\n")  # streaming has begun
             for child in srv.descendants:
@@ -158,11 +160,12 @@ async def test_engine_death_exits_1_after_ending_the_streams():
 
 
 async def test_engine_death_turns_health_to_503_with_keep():
-    with ServerProcess("--on-engine-death", "keep") as srv:
+    with ServerProcess("--on-engine-death", "keep", *LONG_CONTEXT) as srv:
         async with aiohttp.ClientSession() as s:
             async with s.get(srv.url + "/health") as resp:
                 assert resp.status == 200
-            body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+            body = {"prompt": "x", "max_tokens": LONG_TOKENS, "ignore_eos": True,
+                    "stream": True}
             stream = await s.post(srv.url + "/v1/completions", json=body)
             await stream.content.readuntil(b"\n\n")  # streaming has begun
             for child in srv.descendants:
@@ -173,15 +176,16 @@ async def test_engine_death_turns_health_to_503_with_keep():
             assert rest[-2:] == ["data: [DONE]", ""], rest[-3:]
             error = json.loads(rest[-3][len("data: "):])["error"]
             assert error["code"] == "engine_dead", error
-            for _ in range(200):
+            deadline = time.monotonic() + 60  # a wait for the state; a hang guard only
+            while True:
                 async with s.get(srv.url + "/health") as resp:
                     if resp.status == 503:
                         err = (await resp.json())["error"]
                         assert err["code"] == "engine_dead" and "dead" in err["message"]
                         break
+                assert time.monotonic() < deadline, \
+                    "/health stayed 200 after the engine was killed"
                 await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("/health stayed 200 after the engine was killed")
             async with s.post(srv.url + "/v1/completions", json={"prompt": "x"}) as resp:
                 assert resp.status == 503
                 assert (await resp.json())["error"]["code"] == "engine_dead"
@@ -191,9 +195,10 @@ async def test_engine_death_turns_health_to_503_with_keep():
 
 
 async def test_worker_death_error_is_one_line_without_the_engine_traceback():
-    with ServerProcess("--executor", "mp", "--on-engine-death", "keep") as srv:
+    with ServerProcess("--executor", "mp", "--on-engine-death", "keep", *LONG_CONTEXT) as srv:
         async with aiohttp.ClientSession() as s:
-            body = {"prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+            body = {"prompt": "x", "max_tokens": LONG_TOKENS, "ignore_eos": True,
+                    "stream": True}
             stream = await s.post(srv.url + "/v1/completions", json=body)
             await stream.content.readuntil(b"\n\n")  # streaming has begun
             workers = [p for p in srv.descendants if p.name().startswith("aioengine-worke")]

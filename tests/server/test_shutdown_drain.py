@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import aiohttp
 import pytest
@@ -13,33 +14,42 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from aioengine.server import ServerSettings, create_app
+from tests.server.engine_setup import LONG_TOKENS
 from tests.server.server_sse import chunks, read_events
 
 pytestmark = pytest.mark.anyio
 
-LONG = 480  # ignore_eos: only an abort ends it before the shutdown returns
+# ignore_eos: only an abort ends it before the shutdown returns. On the module's long engine
+# (tiny's whole context) such a request decodes for seconds even on an idle box, so the
+# stream's two choices are still running while the chat request is templated, tokenized and
+# admitted (with 480 tokens, ~0.9 s on a loaded box, they could end "length" first).
+LONG = LONG_TOKENS
+HANG_GUARD = 60.0  # seconds; the waits below return as soon as their state is reached
 
 
 async def _wait_running(engine, count: int) -> None:
-    for _ in range(600):
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
         stats = await engine.get_stats()
         if stats.num_running >= count:
             return
+        assert time.monotonic() < deadline, f"{count} requests never ran in the engine: {stats}"
         await asyncio.sleep(0.01)
-    raise AssertionError(f"{count} requests never ran in the engine")
 
 
 async def _wait_idle(engine) -> None:
-    for _ in range(600):
+    deadline = time.monotonic() + HANG_GUARD
+    while True:
         stats = await engine.get_stats()
         if stats.num_running == 0 and stats.num_waiting == 0:
             return
+        assert time.monotonic() < deadline, f"requests still held after the shutdown: {stats}"
         await asyncio.sleep(0.05)
-    raise AssertionError(f"requests still held after the shutdown: {stats}")
 
 
 @pytest.mark.parametrize("mounted", [False, True], ids=["app", "sub-app"])
-async def test_shutdown_aborts_what_outlives_the_grace_period(engine, mounted):
+async def test_shutdown_aborts_what_outlives_the_grace_period(long_engine, mounted):
+    engine = long_engine
     api = create_app(engine, ServerSettings(shutdown_grace_period=0.0))
     app = api
     prefix = ""
