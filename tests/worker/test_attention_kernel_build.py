@@ -79,7 +79,7 @@ def test_build_is_cached_and_keyed_by_the_compiler(tmp_path, cache):
 def test_compiler_version_runs_once_per_compiler_file(tmp_path, cache):
     """Every kernel load hashes the compiler's version: it is asked once per process and
     compiler file (a model loads one kernel per linear), and again once the file changes."""
-    from aioengine.worker.cbuild import compiler_version
+    from aioengine.worker.cpu.kernels.build import compiler_version
 
     compiler_version.cache_clear()
     script = tmp_path / "vcc"

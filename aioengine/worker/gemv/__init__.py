@@ -1,9 +1,9 @@
 """Float32 GEMV for CPU decode: ``y = x @ W^T (+ b)`` for a few rows of ``x``, by the compiled
-C kernels' "F32 type" (``qk_gemv_f32`` in ``aioengine/worker/quant/qkernels.c``, built on first
-use into the aioengine cache) that streams the weights once at close to the machine's read
-bandwidth and splits the rows over the kernels' one thread pool (shared with the quantized
-kernels: one pool per process). Anything else (more rows, other dtypes or devices, the kernel
-unavailable) is ``torch.nn.functional.linear``.
+C kernels' "F32 type" (``qk_gemv_f32`` in ``aioengine/worker/cpu/kernels/quant/dense_f32.c``,
+built on first use into the aioengine cache) that streams the weights once at close to the
+machine's read bandwidth and splits the rows over the kernels' one thread pool (shared with
+the quantized kernels: one pool per process). Anything else (more rows, other dtypes or
+devices, the kernel unavailable) is ``torch.nn.functional.linear``.
 
 Measured on SmolLM2-135M (fp32, 2-core EPYC, docs/benchmarks.md): torch's sgemm reads the
 weights of a batch-1 decode step at ~10-11 GB/s, this kernel at 19-24 GB/s on one thread on
@@ -12,7 +12,6 @@ weights of a batch-1 decode step at ~10-11 GB/s, this kernel at 19-24 GB/s on on
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import mmap
 import os
@@ -22,12 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from aioengine.runtime.heap_env import HUGE_PAGES_ENV
-from aioengine.worker.cbuild import KernelBuildError
-from aioengine.worker.quant import kernel as _qkernel
+from aioengine.worker.cpu.kernels import library
+from aioengine.worker.cpu.kernels.build import KernelBuildError
 
 logger = logging.getLogger(__name__)
 
-SOURCE = _qkernel.SOURCE
 MAX_ROWS = 8
 """Up to this many rows of x always take the kernel. More (prefill, big batches) take torch's
 GEMM, which reaches ~1.2x the kernel's flops per thread at 128+ rows (MKL, measured on the
@@ -37,7 +35,6 @@ DISABLE_ENV = "AIOENGINE_CPU_GEMV"
 """``0`` turns the kernel off (torch's F.linear everywhere), for A/B measurements."""
 HUGE_PAGE = 2 << 20
 
-_P, _I = ctypes.c_void_p, ctypes.c_int64
 _ERRORS = {-2: "bad shapes or leading dimensions", -6: "thread count out of 1..256",
            -5: "this CPU lacks the requested code path"}
 
@@ -49,7 +46,7 @@ class GemvError(ValueError):
 def ensure_built(compiler_name: str | None = None) -> Path:
     """The kernels' shared object (the quantized kernels' library, which holds the F32 GEMV),
     compiled first if no build for this key exists."""
-    return _qkernel.ensure_built(compiler_name)
+    return library.ensure_built(library.QUANT, compiler_name)
 
 
 class GemvKernel:
@@ -57,14 +54,8 @@ class GemvKernel:
     column stride, ``weight`` ``[N, K]`` contiguous float32 -> ``[M, N]``."""
 
     def __init__(self, path: str) -> None:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
+        lib = library.open_library(library.QUANT, path)
         fn = lib.qk_gemv_f32
-        fn.argtypes = (_P, _I, _I, _P, _I, _I, _P, _I, ctypes.c_int, ctypes.c_int)
-        fn.restype = ctypes.c_int
-        lib.qk_best_level.restype = ctypes.c_int
         self.path = path
         self.best_level = lib.qk_best_level()
         self.has_avx2 = self.best_level >= 1

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
-from aioengine.worker.cbuild import KernelBuildError
+from aioengine.worker.cpu.kernels.build import KernelBuildError
 from aioengine.worker.models.cpu_plan import DecodePlan
 from aioengine.worker.models.layers import RMSNorm
 from aioengine.worker.models.spec import ModelSpec

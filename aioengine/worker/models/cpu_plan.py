@@ -28,7 +28,7 @@ import torch
 
 from aioengine.worker import gemv
 from aioengine.worker.attention import AttentionMetadata
-from aioengine.worker.cbuild import KernelBuildError
+from aioengine.worker.cpu.kernels.build import KernelBuildError
 from aioengine.worker.ops import CpuOps
 from aioengine.worker.ops import plan as cplan
 from aioengine.worker.quant.kernel import load_quant_kernel

@@ -1,5 +1,6 @@
-"""Compiled CPU float32 ops for the work of a decoder layer outside its linears (``cpu_ops.c``,
-built on first use into the aioengine cache like the other CPU kernels, loaded with ctypes):
+"""Compiled CPU float32 ops for the work of a decoder layer outside its linears
+(``aioengine/worker/cpu/kernels/ops/``, built on first use into the aioengine cache by
+``aioengine.worker.cpu.kernels.library`` like the other CPU kernels):
 residual add + RMSNorm, rotary embedding + KV-cache write (float32 or float16 cache),
 SiLU-and-multiply.
 
@@ -10,23 +11,16 @@ bare functions (``fn_*``) per layer.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from pathlib import Path
 
 import torch
 
-from aioengine.worker.cbuild import KernelBuildError, build_shared
+from aioengine.worker.cpu.kernels import library
+from aioengine.worker.cpu.kernels.build import KernelBuildError
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("cpu_ops.c")
-# -ffp-contract=off: no FMA contraction, so products round as torch's element-wise ops round
-# them; -fno-trapping-math lets the exp clamps become vector selects.
-FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-trapping-math", "-fopenmp-simd",
-         "-std=c11", "-fPIC", "-shared")
-
-_P, _I, _F, _C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 _ERRORS = {-1: "bad sizes or leading dimensions", -2: "a KV slot is outside the cache"}
 
 
@@ -35,7 +29,7 @@ class CpuOpsError(ValueError):
 
 
 def ensure_built(compiler_name: str | None = None) -> Path:
-    return build_shared("cpu_ops", SOURCE, FLAGS, "CPU layer ops", compiler_name)
+    return library.ensure_built(library.OPS, compiler_name)
 
 
 def _check_rows(name: str, t: torch.Tensor, cols: int) -> None:
@@ -54,23 +48,13 @@ def _ld(t: torch.Tensor) -> int:
 
 class CpuOps:
     def __init__(self, path: str) -> None:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
+        lib = library.open_library(library.OPS, path)
         self.path = path
         self._lib = lib  # keeps the library mapped as long as its functions are used
         self.fn_add_rms_norm = lib.add_rms_norm_f32
-        self.fn_add_rms_norm.argtypes = (_P, _I, _P, _I, _P, _P, _I, _I, _I, _F, _C, _C)
         self.fn_rope_store = lib.rope_store_f32
-        self.fn_rope_store.argtypes = (_P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _I, _P)
         self.fn_rope_store_f16 = lib.rope_store_f16  # the same over a float16 cache
-        self.fn_rope_store_f16.argtypes = self.fn_rope_store.argtypes
         self.fn_silu_mul = lib.silu_mul_f32
-        self.fn_silu_mul.argtypes = (_P, _I, _P, _I, _I, _I)
-        for fn in (self.fn_add_rms_norm, self.fn_rope_store, self.fn_rope_store_f16,
-                   self.fn_silu_mul):
-            fn.restype = ctypes.c_int
 
     @staticmethod
     def _raise(code: int, what: str) -> None:

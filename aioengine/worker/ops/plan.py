@@ -1,4 +1,4 @@
-"""The decode plan: a step's decoder layers in one C call (``decode_plan.c``).
+"""The decode plan: a step's decoder layers in one C call (``cpu/kernels/plan/decode_plan.c``).
 
 ``CpuLayerPath`` (``aioengine.worker.models.cpu_path``) runs a layer as four linears and four
 compiled ops called from Python, ~1.5 ms of Python per SmolLM2 token at batch 1 (notes in
@@ -18,10 +18,10 @@ import ctypes
 import os
 from pathlib import Path
 
-from aioengine.worker.cbuild import KernelBuildError, build_shared
+from aioengine.worker.cpu.kernels import library
+from aioengine.worker.cpu.kernels.build import KernelBuildError
+from aioengine.worker.cpu.kernels.library import fn_address
 
-SOURCE = Path(__file__).with_name("decode_plan.c")
-FLAGS = ("-O2", "-std=c11", "-fPIC", "-shared")
 DISABLE_ENV = "AIOENGINE_DECODE_PLAN"
 """``0``: decode steps run the per-layer Python loop (A/B measurements)."""
 
@@ -117,27 +117,12 @@ def split_attention() -> bool:
     return os.environ.get(SPLIT_ENV, "1") != "0"
 
 
-def fn_address(fn: object) -> int:
-    """The address of a ctypes function (to hand to the plan)."""
-    addr = ctypes.cast(fn, ctypes.c_void_p).value
-    if not addr:
-        raise KernelBuildError(f"no address for {fn!r}")
-    return addr
-
-
 class PlanLib:
     def __init__(self, path: str) -> None:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise KernelBuildError(f"cannot load the built decode plan {path}: {e}") from e
+        lib = library.open_library(library.PLAN, path)
         self.path = path
         self._lib = lib
         self.run = lib.plan_run
-        self.run.argtypes = (ctypes.POINTER(PlanStep), ctypes.POINTER(_I))
-        self.run.restype = ctypes.c_int
-        lib.plan_sizeof.argtypes = (ctypes.c_int,)
-        lib.plan_sizeof.restype = _I
         for i, s in enumerate((PlanLinear, PlanLayer, PlanStep)):
             if lib.plan_sizeof(i) != ctypes.sizeof(s):
                 raise KernelBuildError(f"decode plan struct {s.__name__} is "
@@ -146,7 +131,7 @@ class PlanLib:
 
 
 def ensure_built(compiler_name: str | None = None) -> Path:
-    return build_shared("decode_plan", SOURCE, FLAGS, "CPU decode plan", compiler_name)
+    return library.ensure_built(library.PLAN, compiler_name)
 
 
 _lib: PlanLib | None = None

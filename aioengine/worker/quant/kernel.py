@@ -1,4 +1,5 @@
-"""The quantized-matmul C library (``qkernels.c``), built on first use and loaded with ctypes.
+"""The quantized-matmul C library (``aioengine/worker/cpu/kernels/quant/``), built on first use
+and loaded with ctypes (``aioengine.worker.cpu.kernels.library``).
 
 ``QuantKernel.matmul`` checks dtypes, shapes and strides in Python, then makes one C call that
 releases the GIL. ``level`` picks the code path: ``-1`` the best this CPU runs, ``0`` the
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from aioengine.worker.cbuild import KernelBuildError, build_shared
+from aioengine.worker.cpu.kernels import library
+from aioengine.worker.cpu.kernels.build import KernelBuildError
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,9 @@ QTYPES: dict[str, QType] = {q.name: q for q in (
     QType("q4_k", 12, 256, 144),
     QType("q6_k", 14, 256, 210),
 )}
-"""The block types the kernels compute, by lower-case name (``gguf`` type name lower-cased)."""
+"""The block types the kernels compute, by lower-case name (``gguf`` type name lower-cased);
+each is a row of the C side's traits table (``cpu/kernels/quant/traits.h``), checked against it
+when the library loads."""
 
 
 def qtype_of(t: object) -> QType:
@@ -55,13 +59,9 @@ def qtype_of(t: object) -> QType:
                      f"supported: {sorted(QTYPES)}")
 
 
-SOURCE = Path(__file__).with_name("qkernels.c")
-# No -march: the AVX2 path is compiled with __attribute__((target)) and chosen at run time, so
-# the scalar path stays portable C and the dispatch is exercised on every machine.
-FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread")
 LEVELS = {-1: "best", 0: "scalar", 1: "avx2", 2: "avx512"}
 X8_TILE_MIN_M = 3
-"""The library's default for ``set_x8_tile`` (``x8_tile_min_m`` in qkernels.c)."""
+"""The library's default for ``set_x8_tile`` (``x8_tile_min_m`` in quant/gemm_x8.c)."""
 ISA_ENV = "AIOENGINE_QUANT_ISA"
 """Environment variable capping the kernels' code path: ``scalar``, ``avx2`` or ``avx512``
 (``best``/unset: what the CPU runs). ``avx2`` on an AVX-512 machine runs what AVX2-only CPUs
@@ -86,13 +86,9 @@ q8_0, q4_0, q4_1 only)."""
 X8_TYPES = ("q4_0", "q4_1", "q8_0", "q5_0", "q4_k", "q6_k")
 """Types with the interleaved x8 layout (8 rows' blocks side by side, made at load)."""
 
-_P = ctypes.c_void_p
-_I = ctypes.c_int64
-_C = ctypes.c_int
-
 
 class QkSeg(ctypes.Structure):
-    """One output-row segment for ``qk_matmul_segs`` (qkernels.c ``qk_seg``)."""
+    """One output-row segment for ``qk_matmul_segs`` (``qk_seg`` in quant/gemm.h)."""
 
     _fields_ = [("t", ctypes.c_int32), ("x8", ctypes.c_int32), ("act", ctypes.c_int32),
                 ("pad", ctypes.c_int32), ("w", ctypes.c_void_p), ("row_bytes", ctypes.c_int64),
@@ -111,37 +107,13 @@ class QuantKernel:
     """The loaded library."""
 
     def __init__(self, path: str) -> None:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
-        lib.qk_matmul.argtypes = (_C, _P, _I, _I, _P, _I, _I, _I, _P, _I, _C, _C, _C)
-        lib.qk_matmul.restype = _C
-        lib.qk_dequantize.argtypes = (_C, _P, _I, _I, _I, _P, _I, _C, _C)
-        lib.qk_dequantize.restype = _C
-        lib.qk_best_level.restype = _C
-        lib.qk_set_max_level.argtypes = (_C,)
+        lib = library.open_library(library.QUANT, path)
         isa = os.environ.get(ISA_ENV, "best").strip().lower() or "best"
         names = {v: k for k, v in LEVELS.items()}
         if isa not in names:
             raise QuantKernelError(f"{ISA_ENV}={isa!r}: expected one of {sorted(names)}")
         lib.qk_set_max_level(2 if names[isa] < 0 else names[isa])
-        lib.qk_set_spin_ns.argtypes = (ctypes.c_long,)
-        lib.qk_pool_size.restype = _C
-        lib.qk_set_x8_tile.argtypes = (_I,)
-        lib.qk_x8_tile.restype = _I
-        lib.qk_x8_bytes.argtypes = (_C, _I, _I)
-        lib.qk_x8_bytes.restype = _I
-        lib.qk_repack_x8.argtypes = (_C, _P, _I, _I, _I, _P, _C)
-        lib.qk_repack_x8.restype = _C
-        lib.qk_matmul_x8.argtypes = (_C, _P, _I, _I, _P, _I, _I, _P, _I, _C, _C)
-        lib.qk_matmul_x8.restype = _C
-        lib.qk_rows_x8.argtypes = (_C, _P, _I, _I, _P, _I, _P, _I)
-        lib.qk_rows_x8.restype = _C
-        lib.qk_dequantize_x8.argtypes = (_C, _P, _I, _I, _P, _I, _C, _C)
-        lib.qk_dequantize_x8.restype = _C
-        lib.qk_matmul_segs.argtypes = (_P, _C, _P, _I, _I, _I, _P, _I, _C)
-        lib.qk_matmul_segs.restype = _C
+        _check_types(lib)
         self.path = path
         self._lib = lib
         self.best_level: int = lib.qk_best_level()
@@ -250,7 +222,7 @@ class QuantKernel:
         return out
 
 
-    # -- the interleaved x8 layout (Q4_0, Q4_1, Q8_0; see qkernels.c and docs/quantization.md)
+    # -- the interleaved x8 layout (see cpu/kernels/quant/x8.h and docs/quantization.md)
 
     def x8_bytes(self, qtype: QType, n: int, k: int) -> int:
         """Bytes of ``n`` rows of ``k`` values in the x8 layout (0: no x8 layout for the type)."""
@@ -353,8 +325,18 @@ class QuantKernel:
         return out
 
 
+def _check_types(lib: ctypes.CDLL) -> None:
+    """``QTYPES`` must be the C traits table's rows (values and bytes per block)."""
+    info = (ctypes.c_int64 * 3)()
+    for q in QTYPES.values():
+        if lib.qk_type_info(q.ggml_id, info) or (info[0], info[1]) != (q.block, q.bytes):
+            raise KernelBuildError(f"QTYPES row {q} does not match the kernels' traits table "
+                                   f"(got code {lib.qk_type_info(q.ggml_id, info)}, "
+                                   f"{info[0]} values in {info[1]} bytes)")
+
+
 def ensure_built(compiler_name: str | None = None) -> Path:
-    return build_shared("qkernels", SOURCE, FLAGS, "quantized matmul kernels", compiler_name)
+    return library.ensure_built(library.QUANT, compiler_name)
 
 
 @functools.lru_cache(maxsize=4)

@@ -211,7 +211,7 @@ def test_tiny_q8_0_keeps_greedy_tokens_and_logits(prompt):
 
 
 def test_without_a_compiler_quantization_fails_naming_it(tmp_path, monkeypatch):
-    from aioengine.worker.cbuild import KernelBuildError
+    from aioengine.worker.cpu.kernels.build import KernelBuildError
 
     monkeypatch.setenv("AIOENGINE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("AIOENGINE_CC", "aioengine-no-such-cc")

@@ -1,15 +1,17 @@
-"""The compiled decode kernel, loaded with ctypes: shape, dtype and layout checks in Python
-(a few attribute reads per layer), then one C call that releases the GIL."""
+"""The compiled decode kernel (``aioengine/worker/cpu/kernels/attention/``, built and loaded by
+``aioengine.worker.cpu.kernels.library``): shape, dtype and layout checks in Python (a few
+attribute reads per layer), then one C call that releases the GIL."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from aioengine.worker.attention.cpu_kernel.build import KernelBuildError, ensure_built
+from aioengine.worker.cpu.kernels import library
+from aioengine.worker.cpu.kernels.build import COMPILER_ENV, KernelBuildError
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +26,13 @@ _ERRORS = {
     -6: "a window start is < 0 or not before its context length",
 }
 
-_P = ctypes.c_void_p
-_I = ctypes.c_int64
-_ARGTYPES = (_P, _I, _P, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, ctypes.c_float)
+__all__ = ["COMPILER_ENV", "KERNEL_MODES", "BoundDecode", "DecodeKernelError", "KernelBuildError",
+           "PagedDecodeKernel", "ensure_built", "load_decode_kernel", "select_decode_kernel"]
+
+
+def ensure_built(compiler_name: str | None = None) -> Path:
+    """The kernel's shared object, compiled first if no build for this key exists."""
+    return library.ensure_built(library.ATTENTION, compiler_name)
 
 
 class DecodeKernelError(ValueError):
@@ -39,15 +45,9 @@ class PagedDecodeKernel:
     query token per sequence over its paged KV, written into ``out``."""
 
     def __init__(self, path: str) -> None:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise KernelBuildError(f"cannot load the built kernel {path}: {e}") from e
+        lib = library.open_library(library.ATTENTION, path)
         fn = lib.paged_decode_attention
         fn16 = lib.paged_decode_attention_f16  # the same over a float16 cache
-        for f in (fn, fn16):
-            f.argtypes = _ARGTYPES
-            f.restype = ctypes.c_int
         self.path = path
         self._lib = lib  # keeps the library mapped as long as the function is used
         self._fn = fn

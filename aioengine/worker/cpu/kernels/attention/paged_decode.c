@@ -23,13 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PD_OK 0
-#define PD_BAD_CONTEXT_LEN -1
-#define PD_BAD_BLOCK_ID -2
-#define PD_NO_MEMORY -3
-#define PD_BAD_SHAPE -4
-#define PD_BAD_ROW -5
-#define PD_BAD_WINDOW -6
+#include "paged_decode.h"
+
 
 /* exp(x) for x <= 0 (scores minus their max), branch-free so the loop around it vectorizes:
  * Cody-Waite range reduction x = n ln2 + r, a degree-6 polynomial for e^r (the Cephes expf

@@ -1,8 +1,9 @@
-"""Build a C source once per (source, flags, compiler, CPU) into the aioengine cache.
+"""Build C sources once per (sources and headers, flags, compiler, CPU) into the aioengine cache.
 
-Used by the compiled CPU kernels (decode attention, quantized matmul). The shared object lands
-in ``$AIOENGINE_CACHE/kernels/<name>-<key>.so``; the key hashes everything that changes the
-machine code, so an edited source, other flags, another compiler or another CPU (a cache on a
+The machinery under ``aioengine.worker.cpu.kernels.library``, which names the libraries. A
+library's shared object lands in ``$AIOENGINE_CACHE/kernels/<name>-<key>.so``, compiled by one
+compiler call over all its ``.c`` files; the key hashes everything that changes the machine
+code, so an edited source or header, other flags, another compiler or another CPU (a cache on a
 shared home directory) never loads a stale build. Each builder compiles to its own temporary
 name and ``os.replace``s it into place: concurrent first builds (TP ranks, parallel tests) each
 publish a complete file, and a reader never sees half of one.
@@ -69,16 +70,17 @@ def compiler_version(compiler: str, mtime_ns: int, size: int, inode: int) -> str
         raise KernelBuildError(f"C compiler {compiler} does not run: {e}") from e
 
 
-def build_key(compiler: str, source: Path, flags: Sequence[str]) -> str:
-    """Hash of the source, the flags, the compiler's version and the CPU's feature flags."""
+def build_key(compiler: str, inputs: Sequence[Path], flags: Sequence[str]) -> str:
+    """Hash of the inputs (sources and headers, by name and content), the flags, the compiler's
+    version and the CPU's feature flags."""
     try:
         st = os.stat(compiler)
     except OSError as e:
         raise KernelBuildError(f"C compiler {compiler} does not run: {e}") from e
     version = compiler_version(compiler, st.st_mtime_ns, st.st_size, st.st_ino)
     h = hashlib.sha256()
-    for part in (source.read_bytes(), " ".join(flags).encode(), version.encode(),
-                 cpu_flags().encode()):
+    parts = [part for path in inputs for part in (path.name.encode(), path.read_bytes())]
+    for part in (*parts, " ".join(flags).encode(), version.encode(), cpu_flags().encode()):
         h.update(part)
         h.update(b"\0")
     return h.hexdigest()[:20]
@@ -88,12 +90,13 @@ def kernel_dir() -> Path:
     return Path(cache_dir()) / "kernels"
 
 
-def build_shared(name: str, source: Path, flags: Sequence[str], what: str,
-                 compiler_name: str | None = None) -> Path:
-    """``source`` compiled with ``flags`` into ``kernels/<name>-<key>.so`` (built first if no
-    build for this key exists); ``what`` names the kernel in log lines."""
+def build_shared(name: str, sources: Sequence[Path], flags: Sequence[str], what: str,
+                 compiler_name: str | None = None, headers: Sequence[Path] = ()) -> Path:
+    """``sources`` compiled with ``flags`` into ``kernels/<name>-<key>.so`` (built first if no
+    build for this key exists; ``headers``, the files they include, are part of the key);
+    ``what`` names the library in log lines."""
     compiler = find_compiler(compiler_name)
-    target = kernel_dir() / f"{name}-{build_key(compiler, source, flags)}.so"
+    target = kernel_dir() / f"{name}-{build_key(compiler, [*sources, *headers], flags)}.so"
     if target.is_file():
         return target
     try:
@@ -105,7 +108,7 @@ def build_shared(name: str, source: Path, flags: Sequence[str], what: str,
                                "set AIOENGINE_CACHE to a writable directory") from e
     try:
         try:
-            proc = subprocess.run([compiler, *flags, "-o", tmp, str(source)],
+            proc = subprocess.run([compiler, *flags, "-o", tmp, *map(str, sources)],
                                   capture_output=True, text=True, timeout=BUILD_TIMEOUT)
         except (OSError, subprocess.SubprocessError) as e:
             raise KernelBuildError(f"{compiler} failed to run: {e}") from e

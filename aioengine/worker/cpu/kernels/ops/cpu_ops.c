@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_ops.h"
+
 /* float32 -> float16 of n values, rounded to nearest even (as torch's .half() rounds). */
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -39,9 +41,6 @@ static inline void narrow_f16(const float *restrict src, uint16_t *restrict dst,
 #error "no float16 support in this compiler (neither F16C nor _Float16)"
 #endif
 
-#define OPS_OK 0
-#define OPS_BAD_SHAPE -1
-#define OPS_BAD_SLOT -2
 
 /* out[i] = norm(r_i) * w, r_i = x[i] + residual[i] (stored back into residual) when add, else
  * r_i = x[i] (residual untouched, may be NULL). offset: Gemma's (1 + w). Rows of n floats with

@@ -1,0 +1,1 @@
+"""The CPU side of the worker: the compiled kernels (``kernels``) and what runs them."""

@@ -1,0 +1,55 @@
+/* The GGUF block formats the kernels compute, by ggml type id (gguf.GGMLQuantizationType), and
+ * the small decoders more than one type's code shares.
+ *
+ *   y[M, N] = x[M, K] @ W^T      x, y float32 row-major; W = N rows of K values, each row the
+ *                                GGUF blocks of that row exactly as a .gguf file stores them.
+ *
+ * Byte layouts as in ggml / the gguf Python package:
+ *   Q8_0 (32 values, 34 bytes): fp16 d, int8 q[32];                  x = d*q
+ *   Q4_0 (32 values, 18 bytes): fp16 d, u8 qs[16] (nibbles);         x = d*(q-8)
+ *   Q4_1 (32 values, 20 bytes): fp16 d, fp16 m, u8 qs[16];           x = d*q + m
+ *       value j < 16 is the low nibble of qs[j], value j+16 its high nibble.
+ *   Q5_0 (32 values, 22 bytes): fp16 d, u32 qh (bit j: the fifth bit of value j), u8 qs[16];
+ *       x = d*(q-16)
+ *   Q4_K (256 values, 144 bytes): fp16 d, fp16 dmin, u8 scales[12] (8 6-bit scales and 8
+ *       6-bit mins), u8 qs[128]; sub-block s (32 values): x = d*sc[s]*q - dmin*mn[s]; the 64
+ *       values of pair p = low then high nibbles of qs[32p .. 32p+32].
+ *   Q6_K (256 values, 210 bytes): u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits),
+ *       int8 scales[16] (one per 16 values), fp16 d; x = d*sc*(q-32).
+ *
+ * Each type's kernels live in a file of its own (q8_0.c, ...) and are reached through its row
+ * of the traits table (traits.h). */
+#ifndef QK_BLOCKS_H
+#define QK_BLOCKS_H
+
+#include <stdint.h>
+
+#define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q8_0 8
+#define T_Q4_K 12
+#define T_Q6_K 14
+
+/* Q4_K's 6-bit scale and min of sub-block j from the 12 packed bytes q */
+static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* the 32 stored values (0..31) of a Q5_0 block: low nibbles of qs, bit j of qh on top of value j */
+static inline void q5_0_vals(const uint8_t *p, int *v) {
+    uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 | (uint32_t)p[5] << 24;
+    const uint8_t *qs = p + 6;
+    for (int j = 0; j < 16; j++) {
+        v[j] = (qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
+        v[j + 16] = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+    }
+}
+
+#endif

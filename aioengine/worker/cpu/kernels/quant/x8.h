@@ -1,0 +1,150 @@
+#ifndef QK_X8_H
+#define QK_X8_H
+
+/* The interleaved "x8" layout, made once at load by qk_repack_x8 (gemm_x8.c): 8 weight rows'
+ * blocks side by side, so one AVX2 pass computes 8 outputs, one per 32-bit lane, with no
+ * horizontal sums and the 8 rows' scales loaded as one vector. Rows are grouped by 8 (the last
+ * group padded with zero rows); group g, block b is GB bytes at (g * nb + b) * GB:
+ *   fp16 d[8] | Q4_1 only: fp16 m[8] | payload
+ *   Q4 payload (128 bytes): 4 chunks c of 32 bytes, values 8c..8c+7 of the block; lane r (bytes
+ *     4r..4r+3) is row r: its two 16-bit words hold values 8c+2i (word 0) and 8c+2i+1 (word 1)
+ *     in nibble i (bits 4i..4i+3). A shift by 4i and a mask give 8 rows x 2 int16 values,
+ *     multiplied (pmaddwd) by the broadcast activation pair x[8c+2i], x[8c+2i+1].
+ *   Q8_0 payload (256 bytes): 8 chunks c of 32 bytes, values 4c..4c+3; lane r holds row r's
+ *     int8 values 4c, 4c+2, 4c+1, 4c+3: the low bytes of its words (sign-extended) are the pair
+ *     4c, 4c+1 and the high bytes the pair 4c+2, 4c+3.
+ *   Q5_0 payload (160 bytes, the file's 22 bytes a row kept): 5 chunks c of 32 bytes; lane r's
+ *     word 0 holds values 6c, 6c+2, 6c+4 and word 1 values 6c+1, 6c+3, 6c+5 (bits 5i..5i+4,
+ *     stored 0..31); bit 15 of word 0 / word 1 in chunk c is bit c of value 30 / 31. Three shifts
+ *     and masks give 8 rows x 3 pairs, the spare bits of the 5 chunks the pair 30, 31.
+ * Activations: int16 per 32 values (x16_block) as the row-layout int16 path, with integer sums
+ * of the int16 activations per block for Q4_0's offset (sum (q-8)x = sum qx - 8 sum x) and the
+ * exact float sums for Q4_1's min. */
+
+/* K-quants in the x8 layout (Q4_K, Q6_K): per 8 rows and 256-value super-block, a header then
+ * 8 sub-blocks of 32 values whose 4-bit parts use the Q4 nibble arrangement above.
+ *   Q4_K (1184 bytes, the file's 8 x 144 plus 32): fp16 d[8] | fp16 dmin[8] | u8 sc[8 sub][8 rows]
+ *     | u8 mn[8 sub][8 rows] (the 6-bit scales and mins unpacked) | 8 x 128-byte nibble payloads.
+ *     x = (d*sc[s]) q - (dmin*mn[s]): the reference's float products, exact.
+ *   Q6_K (1680 bytes = 8 x 210): fp16 d[8] | int8 sc[16][8 rows] | 8 x (128-byte payload of the
+ *     low 4 bits | 64 bytes of high 2 bits: vector h covers chunks 2h, 2h+1; lane r's word 0 holds
+ *     values 8c+2i at bits 2(4(c-2h)+i), word 1 values 8c+2i+1). x = (d*sc) (q - 32), one scale
+ *     per 16 values: chunks 0-1 and 2-3 of a sub-block are summed apart.
+ * The header keeps every bit of the file's scales: unpacking gives the file's rows byte for byte. */
+
+#include <string.h>
+
+#include "act_quant.h"
+#include "base.h"
+#include "blocks.h"
+
+/* the nibbles 0..15 of row r in a 128-byte Q4 x8 payload p (v[32]), and back */
+static inline void nib_unpack(const uint8_t *p, int r, int *v) {
+    for (int c = 0; c < 4; c++) {
+        const uint8_t *l = p + c * 32 + r * 4;
+        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
+        for (int i = 0; i < 4; i++) {
+            v[8 * c + 2 * i] = (w0 >> (4 * i)) & 0xF;
+            v[8 * c + 2 * i + 1] = (w1 >> (4 * i)) & 0xF;
+        }
+    }
+}
+
+static inline void nib_pack(uint8_t *p, int r, const int *v) {
+    for (int c = 0; c < 4; c++) {
+        unsigned w0 = 0, w1 = 0;
+        for (int i = 0; i < 4; i++) {
+            w0 |= (unsigned)(v[8 * c + 2 * i] & 0xF) << (4 * i);
+            w1 |= (unsigned)(v[8 * c + 2 * i + 1] & 0xF) << (4 * i);
+        }
+        uint8_t *l = p + c * 32 + r * 4;
+        l[0] = w0 & 0xFF;
+        l[1] = w0 >> 8;
+        l[2] = w1 & 0xFF;
+        l[3] = w1 >> 8;
+    }
+}
+
+
+/* The traits entries of a 32-value type from its four decoders of 32 stored integers:
+ * ROW_UNPACK(blk, v) / ROW_PACK(blk, v) for a file block, X8_UNPACK(g, r, v) / X8_PACK(g, r, v)
+ * for row r of an x8 group block. GB: bytes of a group block. The fp16 scale (Q4_1: and min)
+ * of row r sits at g + 2r (g + 16 + 2r); Q4_0 and Q5_0 store values offset by 8 and 16. */
+#define X8_32_FNS(PREFIX, T, GB, ROW_UNPACK, ROW_PACK, X8_UNPACK, X8_PACK)                     \
+    static void PREFIX##_x8_pack(const uint8_t *blk, uint8_t *g, int r) {                     \
+        int v[32];                                                                            \
+        memcpy(g + 2 * r, blk, 2);                                                            \
+        if (T == T_Q4_1) memcpy(g + 16 + 2 * r, blk + 2, 2);                                  \
+        ROW_UNPACK(blk, v);                                                                   \
+        X8_PACK(g, r, v);                                                                     \
+    }                                                                                         \
+    static void PREFIX##_x8_unpack(const uint8_t *g, int r, uint8_t *blk) {                   \
+        int v[32];                                                                            \
+        memcpy(blk, g + 2 * r, 2);                                                            \
+        if (T == T_Q4_1) memcpy(blk + 2, g + 16 + 2 * r, 2);                                  \
+        X8_UNPACK(g, r, v);                                                                   \
+        ROW_PACK(blk, v);                                                                     \
+    }                                                                                         \
+    static void PREFIX##_x8_deq(const uint8_t *g, int64_t nb, int r, float *out) {            \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            const uint8_t *p = g + b * GB;                                                    \
+            float *o = out + b * 32;                                                          \
+            int v[32];                                                                        \
+            float d = h2f(p + 2 * r), mn = T == T_Q4_1 ? h2f(p + 16 + 2 * r) : 0.0f;          \
+            float off = T == T_Q4_0 ? 8.0f : T == T_Q5_0 ? 16.0f : 0.0f;                      \
+            X8_UNPACK(p, r, v);                                                               \
+            for (int i = 0; i < 32; i++) o[i] = d * ((float)v[i] - off) + mn;                 \
+        }                                                                                     \
+    }                                                                                         \
+    /* scalar: 8 outputs of group gp for one x row (out[8]) */                                \
+    static void PREFIX##_x8_dot_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,    \
+                                       const float *xs, const int32_t *xi, float *out) {      \
+        int v[32];                                                                            \
+        for (int r = 0; r < 8; r++) out[r] = 0.0f;                                            \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            const uint8_t *p = gp + b * GB;                                                   \
+            for (int r = 0; r < 8; r++) {                                                     \
+                X8_UNPACK(p, r, v);                                                           \
+                int32_t s = 0;                                                                \
+                for (int j = 0; j < 32; j++) s += v[j] * xq[b].q[j];                          \
+                if (T == T_Q4_0) s -= 8 * xi[b];                                              \
+                if (T == T_Q5_0) s -= 16 * xi[b];                                             \
+                out[r] += h2f(p + 2 * r) * xq[b].d * (float)s;                                \
+                if (T == T_Q4_1) out[r] += h2f(p + 16 + 2 * r) * xs[b];                       \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    static void PREFIX##_x8_group_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,  \
+                                         const float *xs, const int32_t *xi,                 \
+                                         const int32_t *xh, int64_t n32, int mr,             \
+                                         float *out) {                                        \
+        (void)xh;                                                                             \
+        for (int i = 0; i < mr; i++)                                                          \
+            PREFIX##_x8_dot_scalar(gp, nb, xq + i * n32, xs + i * n32, xi + i * n32,          \
+                                   out + 8 * i);                                              \
+    }                                                                                         \
+    static void PREFIX##_x8_tile2_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,  \
+                                         const float *xs, const int32_t *xi,                 \
+                                         const int32_t *xh, int64_t n32, int mr,             \
+                                         float *out) {                                        \
+        (void)xh;                                                                             \
+        const int64_t gsz = nb * GB;                                                          \
+        for (int i = 0; i < mr; i++)                                                          \
+            for (int e = 0; e < 2; e++)                                                       \
+                PREFIX##_x8_dot_scalar(gp + e * gsz, nb, xq + i * n32, xs + i * n32,          \
+                                       xi + i * n32, out + 16 * i + 8 * e);                   \
+    }
+
+/* a K-quant's scalar x8_group entry from its PREFIX##_x8_dot_scalar (one x row) */
+#define X8K_SCALAR_GROUP(PREFIX)                                                              \
+    static void PREFIX##_x8_group_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,  \
+                                         const float *xs, const int32_t *xi,                 \
+                                         const int32_t *xh, int64_t n32, int mr,             \
+                                         float *out) {                                        \
+        (void)xi;                                                                             \
+        (void)xh;                                                                             \
+        for (int i = 0; i < mr; i++)                                                          \
+            PREFIX##_x8_dot_scalar(gp, nb, xq + i * n32, xs + i * n32, out + 8 * i);          \
+    }
+
+#endif
