@@ -89,12 +89,15 @@ def test_x8_into_a_column_slice(kern):
     qt = QTYPES["q4_1"]
     b, wref = blocks_of("q4_1", 21, 64)
     x8 = kern.repack_x8(qt, torch.from_numpy(b), 64)
-    x = torch.randn(3, 64)
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
     wide = torch.full((3, 40), 7.0)
     kern.matmul_x8(qt, x, x8, wide[:, 5:26], threads=2)
     assert torch.all(wide[:, :5] == 7.0) and torch.all(wide[:, 26:] == 7.0)
     ref = x.double().numpy() @ wref.T
-    assert np.abs(wide[:, 5:26].numpy() - ref).max() < 1e-3
+    # Relative to the outputs' scale: the activations are rounded to 8 bits, so the absolute
+    # error grows with them (an absolute 1e-3 failed for ~1 random input in 9; 300 seeds stayed
+    # under 1.3e-4 of the largest output).
+    assert np.abs(wide[:, 5:26].numpy() - ref).max() < 5e-4 * np.abs(ref).max()
 
 
 def test_x8_bad_inputs_name_the_problem(kern):
