@@ -68,7 +68,10 @@ def kill_worker_mid_generation(h: EngineHarness, rank: int, world: int) -> None:
     for o in outs.values():
         assert o.finish_reason == "error" and "worker" in o.error, o.error
         assert len(o.tokens) < LONG_TOKENS
-    assert "worker" in h.failures[0].message and "SIGKILL" in h.failures[0].message
+    assert "worker" in h.failures[0].message
+    if world == 1:  # the engine waits for the death report: the cause is named
+        assert "SIGKILL" in h.failures[0].message, h.failures[0].message
+    # (with ranks, the survivor's collective may fail first: its error names the closed peer)
     assert h.died.wait(60)
     assert h.deaths == [(NAME, 1)]
     assert EventType.ERROR in [e.type for e in h.sup.events(NAME)]
