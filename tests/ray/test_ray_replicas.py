@@ -21,9 +21,11 @@ PROMPTS = [f"ray replica request {i}" for i in range(6)]
 
 
 def ray_config(**kw: Any) -> EngineConfig:
+    # startup_timeout: Ray's own processes (GCS, raylets, workers) share the two cores with
+    # the engines; a loaded box took over 120 s to start one. The wait ends at READY.
     base: dict[str, Any] = {"model": "tiny", "num_kv_blocks": 256, "max_model_len": 256,
                             "data_parallel_size": 2, "distributed_backend": "ray",
-                            "ray_force_tcp": True}
+                            "ray_force_tcp": True, "startup_timeout": 600.0}
     base.update(kw)
     return EngineConfig(**base)
 
