@@ -17,16 +17,11 @@ from tests.ray.test_ray_replicas import assert_nothing_left
 ray = pytest.importorskip("ray")
 
 
-def test_serve_replicas_answer_and_a_dead_engine_is_replaced(
-        cluster: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_replicas_answer_and_a_dead_engine_is_replaced(cluster: Any) -> None:
     from ray import serve
-    from ray.serve._private import api as serve_api
 
     from aioengine.integrations.ray_serve import ChatRequest, CompletionRequest, deployment
 
-    # Serve gives its HTTP proxy a fixed 60 s to start, which Ray's processes sharing two
-    # loaded cores once missed; the wait ends when the proxy is up.
-    monkeypatch.setattr(serve_api, "HTTP_PROXY_TIMEOUT", 600)
     config = EngineConfig(model="tiny", num_kv_blocks=128, max_model_len=256,
                           startup_timeout=600.0)
     app = deployment(config, num_replicas=2, ray_actor_options={"num_cpus": 0.25},
