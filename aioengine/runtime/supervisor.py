@@ -11,10 +11,8 @@ import logging
 import multiprocessing
 import os
 import signal
-import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from typing import Any
@@ -22,6 +20,7 @@ from typing import Any
 from aioengine.runtime.busy_loop import TargetRef, child_main, split_target_ref
 from aioengine.runtime.errors import EngineDeadError, describe_exitcode
 from aioengine.runtime.events import Event
+from aioengine.runtime.spawn_exec import ExplicitEnvProcess
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 from aioengine.runtime.supervisor_state import SupervisorState
 
@@ -31,29 +30,6 @@ DeathCallback = Callable[[str, "int | None"], None]
 """``on_death(name, exitcode)``; exitcode < 0 means killed by that signal (multiprocessing's
 convention). Called from the monitor thread within 1 s of a death the supervisor did not cause
 by ``shutdown()``."""
-
-
-_env_lock = threading.Lock()
-
-
-@contextmanager
-def _child_env(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` in ``os.environ`` while a child is spawned (spawn execs a fresh interpreter with
-    the current environment and takes no env of its own), then the previous values back."""
-    if not env:
-        yield
-        return
-    with _env_lock:
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
 
 
 @dataclass(frozen=True)
@@ -135,11 +111,10 @@ class Supervisor:
                 raise RuntimeError("this supervisor has been shut down; make a new one")
             if spec.name in state.children:
                 raise ValueError(f"a child named {spec.name!r} is already supervised")
-        ctx = multiprocessing.get_context("spawn")
-        reader, writer = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=child_main, name=spec.name, daemon=False,
-                              args=(spec.target, bytes(spec.args), writer, os.getpid(),
-                                    spec.name))
+        reader, writer = multiprocessing.get_context("spawn").Pipe(duplex=False)
+        process = ExplicitEnvProcess(target=child_main, name=spec.name, daemon=False,
+                                     args=(spec.target, bytes(spec.args), writer, os.getpid(),
+                                           spec.name), child_env=spec.env)
         # Ctrl-C signals the whole foreground group, children included, and children ignore
         # it (run_busy_loop). A child is born with SIGINT blocked (a thread's mask survives
         # fork and exec) until it does, so a Ctrl-C while it bootstraps is no KeyboardInterrupt
@@ -149,8 +124,7 @@ class Supervisor:
         resource_tracker.ensure_running()
         unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            with _child_env(spec.env):
-                process.start()
+            process.start()
         except BaseException:
             reader.close()
             raise

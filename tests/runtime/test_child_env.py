@@ -4,6 +4,8 @@ set for the spawn only; the model processes get the huge-page heap tunable by de
 from __future__ import annotations
 
 import os
+import threading
+from multiprocessing import resource_tracker
 
 import pytest
 
@@ -31,6 +33,36 @@ def test_the_child_starts_with_env_and_the_parent_keeps_its_own(monkeypatch) -> 
         sup.shutdown()
     assert os.environ["AIOENGINE_TEST_KEPT"] == "parent"
     assert "AIOENGINE_TEST_NEW" not in os.environ
+
+
+def test_children_start_while_another_thread_rewrites_the_environment() -> None:
+    """A host thread that sets variables (numpy's import does) while we exec must not hand the
+    child a freed ``environ``: with multiprocessing's own spawn about a third of these children
+    died before READY with exit code 255."""
+    resource_tracker.ensure_running()  # the stdlib starts its tracker with the shared environ
+    stop = threading.Event()
+
+    def churn() -> None:  # growing and shrinking the environment reallocates glibc's array
+        while not stop.is_set():
+            for j in range(40):
+                os.environ[f"AIOENGINE_TEST_CHURN_{j}"] = "x" * (10 + j)
+            for j in range(40):
+                del os.environ[f"AIOENGINE_TEST_CHURN_{j}"]
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    sup = Supervisor()
+    try:
+        names = [f"aioengine-test-churn-{i}" for i in range(16)]
+        ready = sup.start([ChildSpec(name, "tests.runtime.targets:idle",
+                                     encode_args(env_names=["AIOENGINE_TEST_SET"]),
+                                     env={"AIOENGINE_TEST_SET": name}) for name in names], 120)
+        assert {name: ready[name]["env"]["AIOENGINE_TEST_SET"] for name in names} == {
+            name: name for name in names}
+    finally:
+        stop.set()
+        churner.join()
+        sup.shutdown()
 
 
 @pytest.mark.parametrize("env", [{"": "x"}, {"A=B": "x"}, {"A": 1}])
