@@ -12,10 +12,27 @@ import pytest
 ray = pytest.importorskip("ray", reason="the Ray tests need ray: pip install 'aioengine[ray]'")
 
 
+SERVE_PROXY_WAITS = {
+    # Serve's controller gives a new proxy actor 5 s to answer its ready check, then kills and
+    # restarts it (5 s more per restart); on a loaded 2-core machine the proxy's worker process
+    # alone takes longer to start, so every try died "before it started running". The
+    # controller reads these when it starts, from the cluster's environment, set here.
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "120",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
+}
+
+
 @pytest.fixture(scope="package")
 def cluster() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in SERVE_PROXY_WAITS.items():
+            env.setenv(name, value)
+        yield from _cluster(Cluster)
+
+
+def _cluster(Cluster: Any) -> Iterator[Any]:  # noqa: N803 (the class, imported lazily)
     # No fixed dashboard ports: another test run (an xdist worker's cluster) may hold 8265/52365,
     # and a head without its dashboard fails the state API the tests check leftovers with.
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "dashboard_port": None,
