@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "../common/fast_exp.h"
 
 /* float32 -> float16 of n values, rounded to nearest even (as torch's .half() rounds). */
 #if defined(__F16C__)
@@ -142,30 +143,6 @@ int rope_store_f16(float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, 
                    int64_t slots_per_head, const int64_t *slots) {
     return rope_store(qkv, ldq, t, hq, hkv, d, cos_t, sin_t, half, kv, 1, slots_per_head,
                       slots);
-}
-
-/* exp(x), branch-free so loops around it vectorize: x clamped to [-87, 88] (results stay normal
- * floats; silu's g / (1 + e^-g) is then within a float's rounding of the exact value at both
- * ends), Cody-Waite reduction x = n ln2 + r, the Cephes degree-6 polynomial for e^r (~1 ulp),
- * 2^n put into the exponent bits. */
-static inline float exp_clamped(float x) {
-    x = x > -87.0f ? x : -87.0f;
-    x = x < 88.0f ? x : 88.0f;
-    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float t = x * 1.44269504088896341f + shift;
-    float nf = t - shift;
-    float r = x - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { float f; int32_t i; } tb = {t}, sb;
-    sb.i = (tb.i - 0x4B400000 + 127) << 23;
-    return p * sb.f;
 }
 
 /* out[i, j] = silu(x[i, j]) * x[i, n + j] for rows of 2n floats (gate, then up). The
