@@ -62,8 +62,8 @@ static inline void widen_f16(const uint16_t *restrict src, float *restrict dst, 
 
 /* s[t] = q . k_t for n key rows of D floats at kb. With AVX2+FMA and D a multiple of 8, eight
  * keys at a time: eight independent accumulator chains (one dot product's chain of D/8
- * dependent FMAs left the units idle: ~36 us per SmolLM2 layer at 300 keys), then one
- * horizontal-add tree gives the eight sums in one vector. Other keys: `dot`. */
+ * dependent FMAs waits out each FMA's latency and leaves the units idle; docs/benchmarks.md),
+ * then one horizontal-add tree gives the eight sums in one vector. Other keys: `dot`. */
 static inline void dot_rows(const float *restrict q, const float *restrict kb, int64_t n,
                             int64_t D, float *restrict s) {
     int64_t t = 0;
@@ -114,8 +114,9 @@ static inline float softmax_weights(float *restrict s, int64_t first, int64_t ct
 }
 
 /* Ask for block j + 1 while block j is worked on, when it is not the adjacent one (those the
- * hardware prefetcher streams already): on blocks scattered over the cache a layer of 32
- * decodes ran 1.2-1.27x faster (~2.0 -> ~1.6 ms); on runs of adjacent blocks no change. */
+ * hardware prefetcher streams already): on blocks scattered over the cache the next block's
+ * lines are otherwise fetched only on demand, one miss after another, while adjacent runs gain
+ * nothing (docs/benchmarks.md). */
 static inline void prefetch_next(const void *plane, const int64_t *table, int64_t j,
                                  int64_t nblocks, int64_t block_bytes) {
     if (j + 1 < nblocks && table[j + 1] != table[j] + 1) {
