@@ -102,12 +102,12 @@ class EngineConfig:
     startup_timeout: float = 120.0
     """Seconds every process gets to report READY before ``EngineStartupError``."""
     num_threads: int | None = None
-    """torch intra-op threads per rank; None: (usable CPUs - 1) // tensor_parallel_size, at
-    least 1 — one core stays free for the host and the I/O threads, because an oversubscribed
-    OpenMP pool spins and runs 10x slower than one thread (measured on 2 cores). Also the
-    threads of the compiled decode kernels (quantized linears, float32 GEMV) when set; None:
-    the rank measures at load how many of its CPUs (all of them, their pool does not spin long)
-    make them fastest, cached per model and machine (``worker.threads``)."""
+    """torch intra-op threads per rank; None: (usable CPUs - 1) // tensor_parallel_size, at least 1
+    — one core stays free for the host and the I/O threads, because an oversubscribed OpenMP pool
+    spins and runs many times slower than one thread (docs/benchmarks.md). Also the threads of the
+    compiled decode kernels (quantized linears, float32 GEMV) when set; None: the rank measures at
+    load how many of its CPUs (all of them, their pool does not spin long) make them fastest, cached
+    per model and machine (``worker.threads``)."""
     colocate_io_threads: bool = True
     """uniproc on CPU: keep the engine process's I/O threads on the CPU its model loop runs on
     and give them that CPU when a step has queued output, so they never hold the GIL while the

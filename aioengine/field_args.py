@@ -46,7 +46,7 @@ def field_docs(cls: type) -> Mapping[str, str]:
 def _class_body(cls: type) -> list[ast.stmt]:
     """The statements of ``cls``'s class body. A class reachable by its qualified name is found
     in its module's whole source, parsed by ``ast`` (C): ``inspect.getsource`` would find the
-    class's lines with Python's own tokenizer, ~40 ms of every server start for two classes.
+    class's lines with Python's own tokenizer, slow enough to show in every server start.
     A class defined in a function is left to ``inspect``."""
     module = inspect.getmodule(cls)
     if module is not None and "<locals>" not in cls.__qualname__:

@@ -28,7 +28,7 @@ class HTTPDriver:
         # response: servers may hang up after a stream without a "Connection: close" header
         # (llama-server does), and a pooled connection they closed fails the next request
         # ("Can not write request body", "Server disconnected"). A localhost TCP handshake
-        # costs ~0.1 ms, the same for every server measured.
+        # is cheap next to a request, and the same for every server measured.
         self._session = aiohttp.ClientSession(
             timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0, force_close=True))
         try:

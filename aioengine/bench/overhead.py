@@ -52,10 +52,10 @@ class Sizes:
     repeats: int
 
 
-# On this shared VM the bare loop against itself (each request over the mean of its two
-# neighbours) spreads with a standard deviation of 0.08 at 64 tokens per request and 0.19 at 256:
-# the box drifts within a long request. So the full run takes many short repeats (each adds
-# ~3.5 s) rather than a few long ones; the quick run is the same with fewer.
+# On a shared VM the bare loop against itself (each request over the mean of its two
+# neighbours) spreads more the longer the request: the box drifts within a long request
+# (docs/benchmarks.md). So the full run takes many short repeats (a few seconds each) rather
+# than a few long ones; the quick run is the same with fewer.
 FULL = Sizes(prompt_len=32, new_tokens=64, repeats=24)
 QUICK = Sizes(prompt_len=32, new_tokens=64, repeats=5)
 

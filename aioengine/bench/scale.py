@@ -40,8 +40,8 @@ BASELINE = "dp1"
 # name -> (replicas, every CPU in one engine's pool?). Otherwise threads per replica are the
 # engine's policy, (CPUs - 1) // replicas, or --threads split over the replicas.
 SIDES = {"dp1": (1, False), "dp1_all_threads": (1, True), "dp2": (2, False)}
-# dp1_all_threads only when named (--only): on 2 busy cores its spinning pool runs ~25x slower
-# than dp1 and alone holds the bench lock for minutes.
+# dp1_all_threads only when named (--only): on 2 busy cores its spinning pool runs many times
+# slower than dp1 (docs/benchmarks.md) and alone holds the bench lock for minutes.
 DEFAULT = ("dp1", "dp2")
 SEED = 0
 REPEATS = 3

@@ -11,11 +11,12 @@ against ``os_pipe`` (a bare pipe ping-pong: the kernel wake-up floor), bandwidth
 ``memcpy`` (one in-process copy), messages per second against ``mp_pipe``. The broadcast and
 idle-CPU columns have no floor.
 
-Round trips drift on a shared or virtual machine (an ``os_pipe`` p50 of 7 us in one minute and
-90 us in the next, as idle vCPUs halt or not), so ``os_pipe`` and our transports are timed in
-interleaved rounds -- each round times every contender once, in an order rotated from round to
-round -- and each reports the median over rounds of its per-round p50 and p99. A drift then
-moves the floor and the transports alike instead of favouring whichever ran in a quiet minute.
+Round trips drift on a shared or virtual machine (an ``os_pipe`` p50 can change by an order of
+magnitude from one minute to the next, as idle vCPUs halt or not; docs/benchmarks.md), so
+``os_pipe`` and our transports are timed in interleaved rounds -- each round times every
+contender once, in an order rotated from round to round -- and each reports the median over
+rounds of its per-round p50 and p99. A drift then moves the floor and the transports alike
+instead of favouring whichever ran in a quiet minute.
 (``mp_queue``/``mp_pipe`` round trips are timed once, with their other metrics.)
 """
 

@@ -47,10 +47,10 @@ from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 
-# Longer texts are templated and tokenized in a worker thread: a 3.9 MB chat message took 5-9 s
-# of tokenizer time, and on the event loop it stalled every other stream of the host (and a
-# server's /health) for that long. Shorter ones stay on the loop (well under a millisecond;
-# the thread hand-off would cost more than it saves).
+# Longer texts are templated and tokenized in a worker thread: a chat message of a few MB took
+# seconds of tokenizer time (docs/benchmarks.md), and on the event loop it stalled every other
+# stream of the host (and a server's /health) for that long. Shorter ones stay on the loop (they
+# are quick; the thread hand-off would cost more than it saves).
 INLINE_TEXT_CHARS = LONG_TEXT_CHARS
 
 

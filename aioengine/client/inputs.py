@@ -44,8 +44,8 @@ def check_params(params: SamplingParams | None, vocab_size: int) -> SamplingPara
 
 def check_text_fits(tokenizer: Tokenizer, text: str, max_model_len: int) -> None:
     """Refuse, before tokenizing it, a text that has more tokens than the context for sure
-    (``Tokenizer.min_tokens``): a 3.9 MB message cost seconds of tokenizer time and ~500 MB
-    only to be refused afterwards."""
+    (``Tokenizer.min_tokens``): a message of a few MB cost seconds of tokenizer time and
+    hundreds of MB only to be refused afterwards (docs/benchmarks.md)."""
     floor = tokenizer.min_tokens(text)
     if floor > max_model_len:
         raise ValueError(f"prompt has at least {floor} tokens ({len(text)} characters), longer "

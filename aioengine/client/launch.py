@@ -172,8 +172,8 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
         launch = EngineLaunch(config.to_msgpack(), engine_in, engine_out)
         spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode(), env=model_process_env())
         await to_thread(supervisor.spawn, spec)
-        # The host's tokenizer loads while the engine imports torch and loads the model
-        # (SmolLM2's: ~0.25 s that came after READY), after the spawn (the load holds the
+        # The host's tokenizer loads while the engine imports torch and loads the model (it
+        # used to load after READY, adding to start-up), after the spawn (the load holds the
         # GIL); both are waited for, the engine first.
         payload, tokenizer = await backend.gather(
             to_thread(supervisor.wait_ready, config.startup_timeout, [ENGINE_NAME]),

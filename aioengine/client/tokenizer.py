@@ -49,10 +49,10 @@ def _token_text(value: Any) -> str | None:
 # ``AsyncMPClient`` templates and tokenizes them in a worker thread, off its event loop.
 LONG_TEXT_CHARS = 16384
 # After tokenizing a text longer than this, freed memory is handed back to the system: the
-# tokenizer's allocations for one long text (~180 bytes a token: ids, offsets, masks, token
-# strings) stayed in glibc's per-thread arenas: a server went from 89 MB to 1.2 GB after eight
-# 3.9 MB messages and never came back. malloc_trim costs ~0.1 s after a 1.2 MB text (~10% of
-# tokenizing it), in the thread that tokenized.
+# tokenizer's allocations for one long text (ids, offsets, masks, token strings: many times the
+# text's size) stayed in glibc's per-thread arenas, and a server's memory grew with every long
+# message and never came back. malloc_trim costs a fraction of tokenizing such a text, in the
+# thread that tokenized (figures: docs/benchmarks.md).
 TRIM_AFTER_CHARS = 1 << 18
 # Long texts are templated and tokenized in this many threads of their own, not the loop's
 # default executor (up to 32 threads): one 3.9 MB text peaks near 1 GB in the tokenizer, and
@@ -192,9 +192,10 @@ class Tokenizer:
         if not isinstance(text, str):
             raise ValueError(f"prompt text must be a string, got {type(text).__name__}")
         if len(text) > LONG_TEXT_CHARS:
-            # tokenizers' encode holds the GIL throughout when the text contains special
-            # tokens (every chat prompt does): 8.6 s for a 7.8 MB message, every other thread
-            # of the host stopped. encode_batch releases it, gives the same ids, costs the same.
+            # tokenizers' encode holds the GIL throughout when the text contains special tokens
+            # (every chat prompt does): seconds for a message of a few MB, every other thread of
+            # the host stopped (docs/benchmarks.md). encode_batch releases it, gives the same
+            # ids, costs the same.
             ids = self.hf.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
             if len(text) > TRIM_AFTER_CHARS:
                 release_freed_memory()  # the encoding above is freed by now

@@ -118,7 +118,8 @@ class EngineProc(BusyLoopTarget):
 
         # A connect waits for the client's event loop to answer (a rendezvous), and while the
         # engine starts that loop shares its process with the server's imports and tokenizer
-        # load: 0.08-0.44 s of the engine's start-up here. So it runs beside the model load.
+        # load, a visible and variable part of the engine's start-up (docs/benchmarks.md). So it
+        # runs beside the model load.
         connected = threading.Event()
         failed: list[BaseException] = []
         threading.Thread(target=self._connect, args=(connected, failed), name="engine-connect",

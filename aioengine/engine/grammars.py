@@ -40,7 +40,7 @@ class GrammarManager:
     def __init__(self, tokenizer_path: str, vocab_size: int,
                  eos_token_ids: Sequence[int]) -> None:
         """Nothing is built until the first constrained request: the tokenizer's grammar tables
-        (~1 s for a 150k vocabulary) load in the pool on first use."""
+        (slow to build for a large vocabulary) load in the pool on first use."""
         self._tokenizer_path = tokenizer_path
         self._vocab_size = vocab_size
         self._eos = tuple(eos_token_ids)

@@ -2,14 +2,13 @@
 
 With the model computing on the CPU in the engine's own loop thread (uniproc), every Python
 instruction an I/O thread runs holds the GIL that the model thread takes back after each torch op.
-Left to the OS, the output thread woke on another CPU once per token, took the GIL while the
-model was inside an op, and the model, coming back, fell asleep waiting for it: ~1.2 sleeps per
-token, each a futex wake-up across vCPUs (``perf sched`` and ``/proc`` context-switch counts,
-uniproc on 2 vCPUs). ``ModelCpuFollower`` keeps the I/O threads on the CPU the loop runs on and
-hands them that CPU at the end of each step that queued output: they then run only while the
-loop is not computing, so nobody waits for the GIL (~0.02 sleeps per token) and no wake-up
-crosses CPUs. Their work is serialised with the model's either way (one GIL); what goes away is
-the waiting. The loop is never pinned: the threads follow it when the OS moves it.
+Left to the OS, the output thread woke on another CPU once per token, took the GIL while the model
+was inside an op, and the model, coming back, fell asleep waiting for it: about one sleep per token,
+each a futex wake-up across vCPUs (docs/benchmarks.md). ``ModelCpuFollower`` keeps the I/O threads
+on the CPU the loop runs on and hands them that CPU at the end of each step that queued output: they
+then run only while the loop is not computing, so nobody waits for the GIL (almost no sleeps) and no
+wake-up crosses CPUs. Their work is serialised with the model's either way (one GIL); what goes away
+is the waiting. The loop is never pinned: the threads follow it when the OS moves it.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 logger = logging.getLogger(__name__)
 
-HAND_OVER_WAIT = 0.002  # s the loop waits for its frame to be sent (~0.1 ms when all is well)
+HAND_OVER_WAIT = 0.002  # s the loop waits for its frame to be sent (far longer than a send takes)
 
 
 def yield_to_model() -> None:

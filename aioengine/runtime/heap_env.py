@@ -1,24 +1,22 @@
 """The environment a model process is started with, for what glibc and torch's OpenMP runtime
 read before Python runs.
 
-Batch-1 decode streams every weight once per token. On 4 KiB pages the hardware prefetcher
-stops at every page: on the 2-core EPYC one thread reads 4 KiB-paged memory at 18-21 GB/s and
-huge-paged memory at 33-35 GB/s (docs/benchmarks.md). The float32 weights are moved into a
-huge-page arena after load (``gemv.huge_page_weights``); quantized weights, their x8 copies and
-the KV cache are many allocations of torch's, so instead glibc's malloc is asked to back its
-heap and large blocks with transparent huge pages (``glibc.malloc.hugetlb=1``, glibc >= 2.35;
-older glibc ignores the tunable). SmolLM2 Q4_1 batch-1 step: 8.46 -> 6.73-7.03 ms at one
-thread, 6.51 -> 5.68-6.14 ms at two (scripts/bench_quant_decode.py, fresh interpreters
-alternated). ``AIOENGINE_HUGE_PAGES=0`` turns both off.
+Batch-1 decode streams every weight once per token. On 4 KiB pages the hardware prefetcher stops
+at every page, so one thread reads huge-paged memory much faster than 4 KiB-paged memory
+(figures: docs/benchmarks.md, "Measurements behind design choices"). The float32 weights are
+moved into a huge-page arena after load (``gemv.huge_page_weights``); quantized weights, their
+x8 copies and the KV cache are many allocations of torch's, so instead glibc's malloc is asked
+to back its heap and large blocks with transparent huge pages (``glibc.malloc.hugetlb=1``, glibc
+>= 2.35; older glibc ignores the tunable); a quantized batch-1 step got faster at one and two
+threads. ``AIOENGINE_HUGE_PAGES=0`` turns both off.
 
 torch's OpenMP workers (GNU libgomp in the CPU wheels) spin after every parallel region before
 they sleep (``GOMP_SPINCOUNT``, ~ms): a model process with more than one torch thread (an
 explicit ``num_threads``, or any machine of three or more CPUs) that runs a torch op between
 decode steps, as the sampler does for every row that is not greedy, had those workers spinning
-on the cores the compiled kernels' pool then ran on. SmolLM2 Q4_1 with ``num_threads=2`` on the
-2-core EPYC, batch 1, temperature 0.8: the decode plan's call took 14.0 ms against 7.4 after a
-greedy step, the step 15.7 ms; with ``OMP_WAIT_POLICY=PASSIVE`` (idle workers sleep at once)
-7.8 and 9.1 ms, prefill 512 unchanged within noise. So a model process gets ``PASSIVE`` unless
+on the cores the compiled kernels' pool then ran on: the decode plan's call took far longer
+after a sampled step than after a greedy one. With ``OMP_WAIT_POLICY=PASSIVE`` (idle workers
+sleep at once) it did not, and prefill was unchanged. So a model process gets ``PASSIVE`` unless
 the user set a policy. A process that imports torch itself (``InprocClient``, a bare
 ``ModelRunner``) is the user's to start with it.
 """

@@ -205,8 +205,8 @@ async def serve(config: EngineConfig, settings: ServerSettings, socks: list[sock
 
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
-    # The server's own imports (aiohttp, jinja2, the routes: ~0.4 s) run in a thread while the
-    # engine process starts (its torch import and model load take seconds), not before it.
+    # The server's own imports (aiohttp, jinja2, the routes) run in a thread while the engine
+    # process starts (its torch import and model load take far longer), not before it.
     app_imports = asyncio.ensure_future(asyncio.to_thread(_server_imports))
     app_imports.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen once
     try:

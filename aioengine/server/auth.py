@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # aiohttp is imported where the middleware is made: ``python -m
     # aioengine.serve`` reads its arguments (collect_keys) and starts the engine while the
-    # server's own imports (aiohttp, jinja2: ~0.4 s) run in a thread
+    # server's own imports (aiohttp, jinja2: a noticeable part of start-up) run in a thread
     from aiohttp import web
     from aiohttp.typedefs import Middleware
 

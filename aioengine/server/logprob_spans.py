@@ -12,7 +12,8 @@ logprob is that of the whole token); special tokens that the text skips never ge
 Linear in the reply's length: each token is decoded on its own once, special tokens (text that
 the detokenizer skips anyway) are not fed to it, so a run of them does not widen its window,
 and ``release`` moves a cursor over the tokens that carry text instead of scanning back over
-the ones that do not (a reply of 2000 skipped tokens took 0.18 s, 4000 about 0.7 s).
+the ones that do not (a scan back over them made long replies of skipped tokens quadratic;
+docs/benchmarks.md).
 """
 
 from __future__ import annotations

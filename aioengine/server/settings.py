@@ -1,6 +1,6 @@
 """``ServerSettings``: the HTTP side's settings, in a module that imports no aiohttp, so that
 ``python -m aioengine.serve`` can read its arguments and start the engine before the server's
-imports (aiohttp, jinja2: ~0.4 s) finish."""
+imports (aiohttp, jinja2: a noticeable part of start-up; docs/benchmarks.md) finish."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 # llguidance is imported where a grammar is first checked or built, not with this module: the
-# engine and the server import this module at start-up (~0.1 s of each on this box, and its
-# library's pages), for constrained requests that may never come.
+# engine and the server import this module at start-up (the import takes a noticeable time,
+# and its library's pages), for constrained requests that may never come.
 
 # Compact JSON with Python's separators and no other whitespace: a model cannot wander off into
 # whitespace (a weak one otherwise may pad for hundreds of tokens), and this is the layout
@@ -42,8 +42,9 @@ _WHAT = {"json": "JSON schema", "json_object": "JSON schema", "regex": "regex",
 
 
 # Below this many usable cores the rows are filled one after the other: llguidance's executor
-# defaults to 80% of the cores, one thread on a 2-core box, and that was 9x slower than the plain
-# loop here (32 rows of a 150k vocabulary: 3.5 ms vs 0.40 ms a step; two threads: 0.43 ms).
+# defaults to 80% of the cores, one thread on a 2-core box, and handing the rows to that one
+# thread was far slower than the plain loop; two threads were no faster than the loop either
+# (docs/benchmarks.md).
 PARALLEL_MIN_CORES = 4
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -125,8 +126,8 @@ _checked_lock = threading.Lock()
 
 def spec_error(spec: StructuredOutputs) -> str | None:
     """``check_spec``'s message for ``spec`` (None: it compiles), remembered by key for the
-    last 256 constraints: clients send the same schema again and again, and a check costs
-    ~0.5 ms for a 20-field schema."""
+    last 256 constraints: clients send the same schema again and again, and a check compiles
+    the schema."""
     key = spec_key(spec)
     with _checked_lock:
         error = _CHECKED.get(key)

@@ -3,12 +3,12 @@
 A prefill's temporaries (activations of every token, the float weights a quantized linear
 dequantizes for a many-row matmul) are tens of MB; once freed, glibc keeps them in the heap: its
 mmap threshold rises to the size of the largest freed block (up to 32 MB), so later ones come
-from the heap too, and the heap does not shrink past the fragments. On SmolLM2 Q4_1 one 64-token
-prefill left ~50 MB resident and eight 256-token prompts ~160 MB, for good (``malloc_trim``
-gave it back: 6-21 ms). A fixed 1 MB mmap threshold instead cost ~20% of prefill speed (page
-faults on every large temporary), so the runner trims after prefill steps, at most once per
-``min_interval`` seconds: bounded cost (~1% of a loaded second), and between bursts of prompts the
-engine holds what its weights, KV cache and decode steps need.
+from the heap too, and the heap does not shrink past the fragments: a few prefills left tens to
+hundreds of MB resident for good, which ``malloc_trim`` gave back in milliseconds. A fixed small
+mmap threshold instead cost a large share of prefill speed (page faults on every large
+temporary), so the runner trims after prefill steps, at most once per ``min_interval`` seconds:
+a bounded, small cost, and between bursts of prompts the engine holds what its weights, KV cache
+and decode steps need (figures: docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class ModelRunner:
         # CPU float32: decode-sized linears through the compiled GEMV (its pool uses the rank's
         # thread budget; torch's pool is idle meanwhile)
         self.uses_gemv_kernel = gemv.configure(self.device, self.dtype, self.threads)
-        if self.uses_gemv_kernel:  # decode streams the weights: huge pages read ~1.6x faster
+        if self.uses_gemv_kernel:  # decode streams the weights: no prefetcher stop every 4 KiB
             gemv.huge_page_weights(self.model)
         set_kernel_threads(None)  # torch's count, unless measured below
         self.kernel_threads_measured = False  # True: measured at this load, not read back

@@ -80,8 +80,8 @@ def fastest_count(run: Callable[[int], object], budget: int,
     (after one warm-up call each, which starts the pool's threads), where a count must beat
     every smaller one by 5% (``BEAT``) to be chosen; and each count's median seconds. The
     counts take turns (1, 2, ..., 1, 2, ...): measured one after the other, a burst of other
-    work during one count's turn once cached SmolLM2's count as 1 (two threads timed 25 ms
-    against 16) and every later start decoded at 0.7x."""
+    work during one count's turn once made the wrong count win, and since the choice is cached
+    every later start decoded slower (docs/benchmarks.md)."""
     _check_count(budget, "the thread budget")
     counts = range(1, budget + 1)
     for n in counts:

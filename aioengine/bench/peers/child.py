@@ -33,7 +33,7 @@ def ours_child(spec: dict, env: dict[str, str] | None = None) -> dict:
 PAGES = ("huge", "4k")
 """Kinds of memory ``read_bandwidth`` reads: 2 MiB transparent huge pages (``MADV_HUGEPAGE``,
 where our weights live: the F32 arena, malloc with ``glibc.malloc.hugetlb=1``) and 4 KiB pages
-(``MADV_NOHUGEPAGE``). One thread reads them at ~33-35 vs 18-21 GB/s on the 2-core EPYC: the
+(``MADV_NOHUGEPAGE``). One thread reads huge pages much faster (docs/benchmarks.md): the
 prefetcher stops at every 4 KiB page."""
 HUGE_PAGE = 2 << 20
 

@@ -17,7 +17,7 @@ from aioengine.bench.peers import procs
 SDIST = "llama-cpp-python==0.3.36"
 TOOLS = ("llama-bench", "llama-server", "llama-quantize")
 CHILD_TIMEOUT = 900.0
-BUILD_TIMEOUT = 3600.0  # two cores took ~10 minutes
+BUILD_TIMEOUT = 3600.0  # a build on a small machine takes many minutes (docs/benchmarks.md)
 
 QUANTS = ("f32", "f16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q4_k_s", "q6_k")
 """Types ``--quants`` may ask for: llama-quantize's names, lower case (our engine reads every

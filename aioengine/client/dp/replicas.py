@@ -129,7 +129,7 @@ def replica_config(config: EngineConfig, index: int) -> EngineConfig:
 def threads_per_replica(config: EngineConfig) -> int:
     """``num_threads`` when set; else the usable CPUs less one (the host's) split evenly over
     every rank of every replica, at least one: two 2-thread pools on 2 cores oversubscribe,
-    and an OpenMP pool that spins on a busy core runs ~10x slower (config.num_threads)."""
+    and an OpenMP pool that spins on a busy core runs many times slower (config.num_threads)."""
     if config.num_threads is not None:
         return config.num_threads
     try:

@@ -3,10 +3,9 @@
 ``auto`` is uniproc for one rank and mp for tensor parallelism.
 
 Why uniproc for one rank: it saves a process, a model-sized address space and a serialized
-round trip per step. Measured on the tiny model, CPU, one thread per process, on a 2-core box
-under a load average of ~8.5: decode steps of 13-24 ms at batch 1 and 440-1070 tokens/s at
-batch 32 for both executors and every transport, run to run -- the per-step IPC cost of mp
-(msgpack frames of a few hundred bytes) is below that noise, and no case favoured mp."""
+round trip per step. Measured, the per-step IPC cost of mp (msgpack frames of a few hundred
+bytes) was below the run-to-run noise of both executors on every transport, and no case
+favoured mp (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -31,9 +31,9 @@ Chunk = tuple[int, int, Sequence[int]]
 # A padded prefill group may cost at most this many times the useful attention work.
 _MAX_PADDING_WASTE = 2.0
 
-# Shortest context attended as a span on CPU: below it, one more SDPA call per layer (~10-20 us)
-# costs more than gathering the sequence into a bucket. Not tuned finely: at batch 32, contexts
-# 16-704, spans took decode attention from 4.0 ms per layer (gathered, scattered blocks) to 2.5.
+# Shortest context attended as a span on CPU: below it, one more SDPA call per layer (a fixed
+# dispatch cost) costs more than gathering the sequence into a bucket; above it, reading the KV
+# where it lies beats copying it. Not tuned finely (docs/benchmarks.md).
 DECODE_SPAN_MIN_KEYS = 64
 
 
@@ -234,8 +234,8 @@ def _kernel_decodes(starts: list[int], tables: list[Sequence[int]], flat: list[i
                     max_blocks: int, block_size: int, kernel: PagedDecodeKernel,
                     window: int | None) -> AttentionMetadata:
     """A step of decodes only, for the compiled kernel (so on CPU): every index from Python
-    ints, one tensor each. The general path's ~20 small tensor ops cost ~3% of a batch-1
-    decode step of SmolLM2 Q4_1 on one thread (py-spy)."""
+    ints, one tensor each. The general path's ~20 small tensor ops each pay torch's dispatch,
+    a visible share of a batch-1 decode step (docs/benchmarks.md)."""
     n = len(starts)
     slots = [t[s // block_size] * block_size + s % block_size for s, t in zip(starts, tables,
                                                                             strict=True)]
@@ -266,7 +266,8 @@ def _gather_layout(tables: torch.Tensor, ctx: torch.Tensor,
 def _is_run(table: Sequence[int]) -> bool:
     """The blocks are adjacent ids, in order: their slots are one contiguous range."""
     first = table[0]
-    # Compared as lists in C: a generator over the blocks cost ~2 us per decode per step.
+    # Compared as lists in C: a generator over the blocks runs Python per block, per decode,
+    # every step.
     return list(table) == list(range(first, first + len(table)))
 
 

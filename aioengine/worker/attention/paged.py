@@ -4,7 +4,8 @@ decode on GPU or in half precision) use torch SDPA; CPU float32 decodes the comp
 
 KV cache of one layer: ``[2, num_kv_heads, num_blocks, block_size, head_dim]`` (k, v). Heads
 outermost so that gathered keys ``[B, Hkv, L, D]`` have contiguous ``[L, D]`` matrices: SDPA
-over the previous ``[B, L, Hkv, D]`` layout was 2.5-3x slower on CPU at long contexts.
+over the previous ``[B, L, Hkv, D]`` layout read strided rows and was much slower on CPU at long
+contexts (docs/benchmarks.md).
 A slot (``block * block_size + offset``) addresses one token's k or v within a head.
 The cache may be stored in another dtype than the model computes in (``kv_cache_dtype``: a
 float16 cache for a float32 model on CPU): k/v are rounded when written and widened when read.
@@ -38,8 +39,8 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 def _gather(kv_cache: torch.Tensor, blocks: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """K and V of whole blocks in ``dtype``: ``[2, B, Hkv, nb * block_size, D]``.
-    ``index_select`` copies each block as one contiguous row (advanced indexing was ~6x slower
-    on CPU)."""
+    ``index_select`` copies each block as one contiguous row (advanced indexing, element by
+    element, was much slower on CPU; docs/benchmarks.md)."""
     two, hkv, num_blocks, bs, d = kv_cache.shape
     b, nb = blocks.shape
     rows = kv_cache.view(two * hkv, num_blocks, bs * d).index_select(1, blocks.reshape(-1))
@@ -90,7 +91,7 @@ def _decode_spans(q: torch.Tensor, kv_cache: torch.Tensor, spans: list[tuple[int
     """One SDPA per span, on a view of the cache: the KV is read once, where it lies, instead
     of being copied into a bucket first (the copy cost more than SDPA itself on CPU). Views by
     ``narrow`` and one reshape of the joined result: slicing with ``[:, :, lo:hi]`` and a
-    ``view`` per span cost ~3.5 us more per span (x spans x layers per step)."""
+    ``view`` per span cost measurably more per span, paid spans x layers times a step."""
     two, hkv, num_blocks, bs, d = kv_cache.shape
     b, hq = len(spans), q.shape[1]
     keys, values = kv_cache.view(two, 1, hkv, num_blocks * bs, d).unbind(0)

@@ -5,9 +5,10 @@ machine's read bandwidth and splits the rows over the kernels' one thread pool (
 the quantized kernels: one pool per process). Anything else (more rows, other dtypes or
 devices, the kernel unavailable) is ``torch.nn.functional.linear``.
 
-Measured on SmolLM2-135M (fp32, 2-core EPYC, docs/benchmarks.md): torch's sgemm reads the
-weights of a batch-1 decode step at ~10-11 GB/s, this kernel at 19-24 GB/s on one thread on
-4 KiB pages, ~31 on the huge pages ``huge_page_weights`` moves them to (a plain read: 33-35).
+Why: torch's sgemm for one row reads the weights well below the machine's read bandwidth (a
+batch-1 decode step is memory-bound), while one sequential stream per thread gets close to it,
+closer still on the huge pages ``huge_page_weights`` moves them to (figures:
+docs/benchmarks.md, "Measurements behind design choices").
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ logger = logging.getLogger(__name__)
 
 MAX_ROWS = 8
 """Up to this many rows of x always take the kernel. More (prefill, big batches) take torch's
-GEMM, which reaches ~1.2x the kernel's flops per thread at 128+ rows (MKL, measured on the
-2-core EPYC), unless the kernel's pool has more threads than torch's: then every row count
+GEMM, which does more flops per thread than the kernel at many rows (MKL's blocking;
+docs/benchmarks.md), unless the kernel's pool has more threads than torch's: then every row count
 takes the kernel (see ``max_kernel_rows``)."""
 DISABLE_ENV = "AIOENGINE_CPU_GEMV"
 """``0`` turns the kernel off (torch's F.linear everywhere), for A/B measurements."""
@@ -143,11 +144,11 @@ def huge_page_weights(model: torch.nn.Module, min_bytes: int = 1 << 20) -> int:
     available or ``AIOENGINE_HUGE_PAGES=0``).
 
     Batch-1 decode streams every weight once per token, and with 4 KiB pages the hardware
-    prefetcher stops at every page: on the 2-core EPYC one thread reads 4 KiB-paged memory at
-    18-21 GB/s and huge-paged memory at 33-35 GB/s (a plain vector sum; the GEMV follows it).
-    torch's allocator gives large tensors 4 KiB pages. Each parameter keeps its object (its
-    ``.data`` is swapped), so tied weights stay tied; the old storage is freed as it goes, so
-    the peak is one matrix above the model."""
+    prefetcher stops at every page, so one thread reads huge-paged memory much faster (a plain
+    vector sum, and the GEMV follows it; docs/benchmarks.md). torch's allocator gives large
+    tensors 4 KiB pages. Each parameter keeps its object (its ``.data`` is swapped), so tied
+    weights stay tied; the old storage is freed as it goes, so the peak is one matrix above the
+    model."""
     if os.environ.get(HUGE_PAGES_ENV, "1") == "0" or not hasattr(mmap, "MADV_HUGEPAGE"):
         return 0
     params: dict[int, list[torch.nn.Parameter]] = {}

@@ -8,12 +8,11 @@ import torch
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-# dtype="auto" on CPU is float32, chosen by measurement on the 2-core development box (AMD
-# EPYC, AVX2 + FMA, no avx512_bf16/AMX; torch 2.13): the tiny model decoding a batch of 64 ran
-# at 2256 tok/s in float32 vs 1063 in bfloat16, prefill 9.9k vs 0.7k tok/s; a 256x1376 linear
-# took 1.4x (1 row), 2.4x (64 rows) and 4.4x (512 rows) longer in bfloat16. Without native
-# bf16 units the CPU converts on the fly, so bfloat16 only saves memory (batch-1 decode is
-# memory-bound and was ~1.3x faster in bf16, but batched throughput is what we serve).
+# dtype="auto" on CPU is float32, chosen by measurement on a CPU without avx512_bf16/AMX
+# (docs/benchmarks.md): batched decode, prefill and linears of every size were slower in
+# bfloat16, the more so the more rows. Without native bf16 units the CPU converts on the fly, so
+# bfloat16 only saves memory (batch-1 decode is memory-bound and was faster in bf16, but batched
+# throughput is what we serve).
 # Pass dtype="bfloat16" explicitly on CPUs with AMX/avx512_bf16.
 CPU_AUTO_DTYPE = torch.float32
 

@@ -134,10 +134,10 @@ def gguf_sources(reader: Any, model: CausalLM) -> dict[str, GGUFTensorSource]:
 def tensors_reader(path: str) -> Any:
     """A ``gguf.GGUFReader`` that skips over array fields instead of parsing them element by
     element: the tokenizer's vocabulary, merges and token types (~150k values in SmolLM2's
-    file), each read through its own numpy slices, took 2.5 s of every start-up here (8 of
-    9.4 s of the load under ``cProfile``), and the worker reads none of them (the tokenizer comes
-    from the cache entry). Skipped fields keep their name and types; their contents read as
-    empty. Tensors and scalar fields are read as before."""
+    file), each read through its own numpy slices, were most of the load's time on every
+    start-up (docs/benchmarks.md), and the worker reads none of them (the tokenizer comes from
+    the cache entry). Skipped fields keep their name and types; their contents read as empty.
+    Tensors and scalar fields are read as before."""
     import struct
 
     import gguf

@@ -1,9 +1,9 @@
 """The decoder's forward on CPU float32 with the work between the linears in compiled ops.
 
-At batch 1 on SmolLM2 (30 layers) the linears took ~10 ms of a step and everything else ~5:
-torch's RMSNorm (~19 us a call, 61 a step), rope (~29 us a layer), the KV write, SiLU, the
-attention kernel's per-call checks and the Python of ~10 module calls per layer. Here each
-layer is its four linears plus four C calls (``aioengine.worker.ops``):
+At batch 1 the linears are most of a step, but the rest was a large share (docs/benchmarks.md):
+torch's RMSNorm (a composite of six ops, twice a layer), rope, the KV write, SiLU, the attention
+kernel's per-call checks and the Python of ~10 module calls per layer, each a few dispatches
+over a few KB. Here each layer is its four linears plus four C calls (``aioengine.worker.ops``):
 
     add+RMSNorm -> qkv -> rope+KV write -> attention -> o_proj -> add+RMSNorm -> gate_up
     -> SiLU*up -> down -> (next layer's) add+RMSNorm

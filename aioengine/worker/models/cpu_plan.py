@@ -11,11 +11,12 @@ Models that mix sliding-window and full layers (two metadata, two rope tables) h
 The decode lane (``DecodePlan.step_logits``) runs a whole decode step in that call: the
 embedding rows, the rotary rows, the layers and the LM head, from the step's token ids,
 positions and block tables (Python ints) to the logits, without the attention metadata, the
-embedding and rotary modules or ``compute_logits``. At batch 1 on SmolLM2 Q4_1 the Python
-around the plan cost ~1.4 ms of an ~8.8 ms step on the 2-core EPYC, most of it cache misses:
-the same Python took ~0.5 ms when the kernels did not run (their 96 MB of weights stream
-through every cache level each step). Models with sliding windows, longrope, an embedding
-scale or logit soft-capping, and heads or tables the lane cannot read, keep the module path.
+embedding and rotary modules or ``compute_logits``. At batch 1 the Python around the plan was a
+noticeable share of a step, most of it cache misses: the kernels stream the whole model's
+weights through every cache level each step, so the Python's data is evicted and it ran much
+slower than when the kernels did not run (docs/benchmarks.md). Models with sliding windows,
+longrope, an embedding scale or logit soft-capping, and heads or tables the lane cannot read,
+keep the module path.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The decode plan: a step's decoder layers in one C call (``cpu/kernels/plan/decode_plan.c``).
 
 ``CpuLayerPath`` (``aioengine.worker.models.cpu_path``) runs a layer as four linears and four
-compiled ops called from Python, ~1.5 ms of Python per SmolLM2 token at batch 1 (notes in
-docs/benchmarks.md). The plan records, once per model and KV cache, every layer's weight
-pointers (the quantized weights' ``QkSeg`` arrays or the float32 rows), norm weights and cache,
-and ``plan_run`` calls the same compiled functions in the same order for every layer: the
-results are bit-equal to the loop's, the Python per step is a few field writes.
+compiled ops called from Python, and at batch 1 that Python between the C calls was a sizeable
+share of a step (docs/benchmarks.md, session 8). The plan records, once per model and KV cache,
+every layer's weight pointers (the quantized weights' ``QkSeg`` arrays or the float32 rows),
+norm weights and cache, and ``plan_run`` calls the same compiled functions in the same order for
+every layer: the results are bit-equal to the loop's, the Python per step is a few field writes.
 
 It covers decode steps (one token per sequence, the compiled attention kernel, no sliding-window
 layers) whose every linear is a quantized weight with a decode plan or a float32 weight the F32

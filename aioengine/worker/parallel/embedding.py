@@ -31,8 +31,8 @@ class VocabParallelEmbedding(nn.Module):
         self.start = tp.rank * self.per_rank
         self.end = min(self.start + self.per_rank, vocab_size)
         # Only the padding rows are zeroed: the load writes the others, and a quantized head
-        # drops this table before it (torch.zeros wrote SmolLM2's 113 MB table: 0.18 s of
-        # every start-up).
+        # drops this table before it (torch.zeros wrote a whole vocabulary-sized table on every
+        # start-up, a visible share of it; docs/benchmarks.md).
         weight = torch.empty((self.per_rank, hidden_size), dtype=dtype, device=device)
         weight[max(0, self.end - self.start):].zero_()
         self.weight = nn.Parameter(weight, requires_grad=False)
@@ -121,7 +121,8 @@ def _segment_rows(qhead: QuantizedWeight, seg: Any, local: torch.Tensor) -> torc
     if not seg.x8:
         return kernel.dequantize(seg.qtype, seg.data.index_select(0, local), k)
     # x8: each id's lane of its 8-row group, in one call (the gather of groups, their
-    # dequantization and the gather of lanes in torch cost ~0.1 ms of a decode step)
+    # dequantization and the gather of lanes in torch were several ops and temporaries a
+    # decode step; docs/benchmarks.md)
     return kernel.rows_x8(seg.qtype, seg.data, seg.n, k, local.contiguous())
 
 

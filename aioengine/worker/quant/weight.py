@@ -45,7 +45,8 @@ _layout_epoch = 0
 def layout_epoch() -> int:
     """A count that moves whenever any ``QuantizedWeight``'s decode plan or policy changes in
     this process: the decode plan (which holds their pointers) checks its weights one by one
-    only when it moved (120 checks were ~0.1 ms of a batch-1 SmolLM2 step)."""
+    only when it moved (a check per weight, every step, was a visible share of a batch-1
+    step; docs/benchmarks.md)."""
     return _layout_epoch
 
 
@@ -57,9 +58,9 @@ QUANTIZATION_MODES = ("gguf", *QTYPES)
 """Values of ``EngineConfig.quantization`` (besides None: float weights)."""
 
 # M at or above which a call dequantizes the segment into a float32 scratch and runs torch's
-# sgemm on it (prefill); below, the kernel's own paths. Measured with
-# scripts/bench_quant_gemv.py --small-m (docs/quantization.md): with int16 activations the
-# kernel is faster up to M=8 and even at 16 (Q4_1 539 vs 482 us, Q8_0 426 vs 517 us).
+# sgemm on it (prefill); below, the kernel's own paths: the dequantization pays off only once
+# enough rows share it. Measured with scripts/bench_quant_gemv.py --small-m (docs/quantization.md,
+# docs/benchmarks.md): with int16 activations the kernel is faster up to M=8 and even at 16.
 SGEMM_MIN_ROWS = 16
 X8_ENV = "AIOENGINE_QUANT_X8"
 """``0`` in the environment: ``QuantPolicy.x8`` defaults to False (the peers bench's --no-x8)."""

@@ -21,12 +21,16 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C comp
 def test_every_library_has_its_sources_and_headers() -> None:
     for lib in library.LIBRARIES.values():
         assert lib.sources, lib.name
-        assert all(p.parent == library.ROOT / lib.folder for p in lib.sources + lib.headers)
-        # every header a source includes with quotes is one of the library's own
-        own = {p.name for p in lib.headers}
+        assert all(p.parent == library.ROOT / lib.folder for p in lib.sources)
+        folders = {library.ROOT / f for f in (lib.folder, *lib.shared)}
+        assert all(p.parent in folders for p in lib.headers)
+        # every header a source includes with quotes is one of the library's headers (its own
+        # or a shared folder's), so an edit to it changes the build key
+        own = {p.resolve() for p in lib.headers}
         for src in lib.sources + lib.headers:
             for inc in re.findall(r'#include "([^"]+)"', src.read_text()):
-                assert inc in own, f"{src.name} includes {inc}, not a header of {lib.folder}/"
+                assert (src.parent / inc).resolve() in own, \
+                    f"{src.name} includes {inc}, not a header of {lib.name}"
 
 
 def test_the_key_covers_headers_and_flags(tmp_path: Path) -> None:

@@ -62,7 +62,8 @@ def cpu_flags() -> str:
 def compiler_version(compiler: str, mtime_ns: int, size: int, inode: int) -> str:
     """``compiler --version``, run once per process and compiler file (its identity in the
     arguments: a replaced or edited compiler runs again). A model loads one kernel per linear
-    layer: running the compiler for each took 124 forks and ~0.4 s of SmolLM2's start-up."""
+    layer: running the compiler for each was a fork per linear and a visible share of a model's
+    start-up (docs/benchmarks.md)."""
     try:
         return subprocess.run([compiler, "--version"], capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT, check=True).stdout

@@ -34,6 +34,10 @@ class Library:
     what: str
     """What it is, in log lines."""
     functions: tuple[tuple[str, Signature], ...]
+    shared: tuple[str, ...] = ()
+    """Folders of headers shared between libraries (``common``) that its files include by a
+    relative path (``"../common/fast_exp.h"``, so no ``-I`` and no install path in the flags);
+    their headers are part of the build key like its own."""
 
     @property
     def sources(self) -> list[Path]:
@@ -41,7 +45,8 @@ class Library:
 
     @property
     def headers(self) -> list[Path]:
-        return sorted((ROOT / self.folder).glob("*.h"))
+        return [p for folder in (self.folder, *self.shared)
+                for p in sorted((ROOT / folder).glob("*.h"))]
 
 
 _ATTN = (_P, _I, _P, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _F)
@@ -84,6 +89,7 @@ OPS = Library(
      ("rope_store_f32", (_C, _ROPE)),
      ("rope_store_f16", (_C, _ROPE)),
      ("silu_mul_f32", (_C, (_P, _I, _P, _I, _I, _I)))),
+    shared=("common",),
 )
 PLAN = Library(
     "decode_plan", "plan", ("-O2", "-std=c11", "-fPIC", "-shared"), "CPU decode plan",
@@ -103,6 +109,7 @@ ATTENTION = Library(
      ("paged_decode_attention_f16", (_C, _ATTN)),
      ("paged_decode_attention_heads", (_C, (*_ATTN, _I, _I))),
      ("paged_decode_attention_heads_f16", (_C, (*_ATTN, _I, _I)))),
+    shared=("common",),
 )
 LIBRARIES = {lib.name: lib for lib in (QUANT, OPS, PLAN, ATTENTION)}
 

@@ -23,31 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/fast_exp.h"
 #include "paged_decode.h"
 
-
-/* exp(x) for x <= 0 (scores minus their max), branch-free so the loop around it vectorizes:
- * Cody-Waite range reduction x = n ln2 + r, a degree-6 polynomial for e^r (the Cephes expf
- * coefficients, ~1 ulp), and 2^n put straight into the exponent bits. Below -87 (e^-87 ~ 1e-38,
- * nothing next to the max's weight of 1) the input is clamped, keeping 2^n a normal float. */
-static inline float exp_nonpositive(float x) {
-    x = x > -87.0f ? x : -87.0f;
-    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float t = x * 1.44269504088896341f + shift;
-    float n = t - shift;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { float f; int32_t i; } tb = {t}, sb;
-    sb.i = (tb.i - 0x4B400000 + 127) << 23; /* n + bias, in the exponent field */
-    return p * sb.f;
-}
 
 static inline float dot(const float *restrict a, const float *restrict b, int64_t d) {
     float acc = 0.0f;
@@ -84,8 +62,8 @@ static inline void widen_f16(const uint16_t *restrict src, float *restrict dst, 
 
 /* s[t] = q . k_t for n key rows of D floats at kb. With AVX2+FMA and D a multiple of 8, eight
  * keys at a time: eight independent accumulator chains (one dot product's chain of D/8
- * dependent FMAs left the units idle: ~36 us per SmolLM2 layer at 300 keys), then one
- * horizontal-add tree gives the eight sums in one vector. Other keys: `dot`. */
+ * dependent FMAs waits out each FMA's latency and leaves the units idle; docs/benchmarks.md),
+ * then one horizontal-add tree gives the eight sums in one vector. Other keys: `dot`. */
 static inline void dot_rows(const float *restrict q, const float *restrict kb, int64_t n,
                             int64_t D, float *restrict s) {
     int64_t t = 0;
@@ -128,7 +106,7 @@ static inline float softmax_weights(float *restrict s, int64_t first, int64_t ct
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t i = first; i < ctx; i++) {
-        float e = exp_nonpositive(s[i] - m);
+        float e = exp_clamped(s[i] - m) /* <= 0, or NaN: the low clamp */;
         s[i] = e;
         sum += e;
     }
@@ -136,8 +114,9 @@ static inline float softmax_weights(float *restrict s, int64_t first, int64_t ct
 }
 
 /* Ask for block j + 1 while block j is worked on, when it is not the adjacent one (those the
- * hardware prefetcher streams already): on blocks scattered over the cache a layer of 32
- * decodes ran 1.2-1.27x faster (~2.0 -> ~1.6 ms); on runs of adjacent blocks no change. */
+ * hardware prefetcher streams already): on blocks scattered over the cache the next block's
+ * lines are otherwise fetched only on demand, one miss after another, while adjacent runs gain
+ * nothing (docs/benchmarks.md). */
 static inline void prefetch_next(const void *plane, const int64_t *table, int64_t j,
                                  int64_t nblocks, int64_t block_bytes) {
     if (j + 1 < nblocks && table[j + 1] != table[j] + 1) {

@@ -1,8 +1,9 @@
 /* The per-token work of a decoder layer outside its linears, for CPU float32: the residual add
  * fused with RMSNorm, rotary embedding fused with the KV-cache write, and SiLU-and-multiply.
- * At batch 1 torch spent ~19 us per RMSNorm (a composite of six ops), ~29 us per layer on rope
- * (slices, four multiplies, a cat) and ~5 us per index_copy_; each of these is one pass over a
- * few KB here.
+ * At batch 1 torch runs each of these as several ops with a dispatch and a temporary apiece
+ * (RMSNorm is a composite of six ops; rope is slices, four multiplies and a cat; the KV write an
+ * index_copy_), over only a few KB of data, so the per-op overhead dominated; here each is one
+ * pass (the measurements: docs/benchmarks.md, "Measurements behind design choices").
  *
  * Numerics: float32 throughout, each product rounded as torch rounds it (built with
  * -ffp-contract=off: no FMA contraction), so rope and the norm's scaling match torch's
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "../common/fast_exp.h"
 
 /* float32 -> float16 of n values, rounded to nearest even (as torch's .half() rounds). */
 #if defined(__F16C__)
@@ -144,35 +146,11 @@ int rope_store_f16(float *qkv, int64_t ldq, int64_t t, int64_t hq, int64_t hkv, 
                       slots);
 }
 
-/* exp(x), branch-free so loops around it vectorize: x clamped to [-87, 88] (results stay normal
- * floats; silu's g / (1 + e^-g) is then within a float's rounding of the exact value at both
- * ends), Cody-Waite reduction x = n ln2 + r, the Cephes degree-6 polynomial for e^r (~1 ulp),
- * 2^n put into the exponent bits. */
-static inline float exp_clamped(float x) {
-    x = x > -87.0f ? x : -87.0f;
-    x = x < 88.0f ? x : 88.0f;
-    const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float t = x * 1.44269504088896341f + shift;
-    float nf = t - shift;
-    float r = x - nf * 0.693359375f;
-    r = r - nf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { float f; int32_t i; } tb = {t}, sb;
-    sb.i = (tb.i - 0x4B400000 + 127) << 23;
-    return p * sb.f;
-}
-
 /* out[i, j] = silu(x[i, j]) * x[i, n + j] for rows of 2n floats (gate, then up). The
  * exponentials of a chunk go to a scratch first, then the quotients: in one loop GCC split the
- * clamps into branches that each divide (two vdivps and three blends a vector), and it ran 3x
- * slower than the two loops (~3.1 -> ~1.0 ns a value, SmolLM2's 1536-wide rows); the results
- * are bit-identical. `out` may be x's gate columns (each g[j] is read before o[j] is written). */
+ * clamps into branches that each divide (two vdivps and three blends a vector), much slower
+ * than the two loops (docs/benchmarks.md); the results are bit-identical. `out` may be x's
+ * gate columns (each g[j] is read before o[j] is written). */
 #define SILU_CHUNK 256
 int silu_mul_f32(const float *x, int64_t ldx, float *out, int64_t ldo, int64_t m, int64_t n) {
     if (m < 0 || n < 1 || ldx < 2 * n || ldo < n)

@@ -12,8 +12,8 @@
  * their one thread pool per process. With no Python between the linears, the pool's workers
  * (which spin 200 us after a job) stay awake from one linear to the next.
  *
- * Measured at batch 1 on SmolLM2 Q4_1 (30 layers, notes/graph.md): the loop spent ~1.5 ms of an
- * ~8 ms step in Python between and around the C calls.
+ * Why: at batch 1 the per-layer loop's Python between and around the C calls was a sizeable
+ * share of a step (docs/benchmarks.md, session 8).
  *
  * Plain C11, no torch headers, no threads of its own.
  */
@@ -155,8 +155,9 @@ static void argmax_chunk(void *arg, int c, int nchunks) {
     j->at[c] = lo + first_max(j->p->logits + j->row * j->p->head.n + lo, hi - lo, &j->best[c]);
 }
 
-/* argmax of every logits row, its columns split over the pool (the head's threads wrote
- * them: read back by one thread they cost ~0.2 ms of a SmolLM2 step from the other core) */
+/* argmax of every logits row, its columns split over the pool (the LM head's threads wrote
+ * them: read back by one thread, the lines written on the other cores come over one miss at a
+ * time; docs/benchmarks.md) */
 static int argmax_rows(const plan_step *p) {
     const int nth = p->qthreads > 1 && p->pool_run ? p->qthreads : 1;
     const int nchunks = nth < PLAN_MAX_SPLIT ? nth : PLAN_MAX_SPLIT;
