@@ -32,10 +32,10 @@ def cluster() -> Iterator[Any]:
         yield from _cluster(Cluster)
 
 
-def _cluster(Cluster: Any) -> Iterator[Any]:  # noqa: N803 (the class, imported lazily)
+def _cluster(cluster_class: Any) -> Iterator[Any]:
     # No fixed dashboard ports: another test run (an xdist worker's cluster) may hold 8265/52365,
     # and a head without its dashboard fails the state API the tests check leftovers with.
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "dashboard_port": None,
+    c = cluster_class(initialize_head=True, head_node_args={"num_cpus": 1, "dashboard_port": None,
                                                       "dashboard_agent_listen_port": None})
     c.add_node(num_cpus=1)
     c.wait_for_nodes()
