@@ -28,6 +28,7 @@ QuantActivations = Literal["float32", "int16", "int8"]
 ReplicaFailure = Literal["fail", "degrade"]
 DistributedBackend = Literal["local", "ray"]
 DataParallelRouting = Literal["prefix", "least_loaded", "round_robin"]
+QuantIsa = Literal["best", "scalar", "avx2", "avx512"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
 DEVICES: tuple[str, ...] = get_args(Device)
 EXECUTORS: tuple[str, ...] = get_args(Executor)
@@ -40,6 +41,54 @@ QUANT_ACTIVATIONS: tuple[str, ...] = get_args(QuantActivations)
 REPLICA_FAILURE: tuple[str, ...] = get_args(ReplicaFailure)
 DISTRIBUTED_BACKENDS: tuple[str, ...] = get_args(DistributedBackend)
 DATA_PARALLEL_ROUTING: tuple[str, ...] = get_args(DataParallelRouting)
+QUANT_ISAS: tuple[str, ...] = get_args(QuantIsa)
+
+
+@dataclass(frozen=True)
+class CpuKernelConfig:
+    """How a CPU model runs its compiled kernels (``EngineConfig.cpu_kernels``). Every switch
+    is on by default, what the engine does unless told otherwise; turning one off measures what
+    it brings (A/B) or steps around it. Which decode path runs is decided once per loaded model
+    by the worker's CPU backend (docs/engine.md)."""
+
+    cpu_ops: bool = True
+    """CPU float32 models run the work between the linears (add + RMSNorm, rope + KV write,
+    SiLU x up) in compiled layer ops; off: the module path (torch ops), and so no decode plan
+    or lane either. Models with q/k norms, sandwich norms, MoE layers or GELU keep the module
+    path regardless."""
+    decode_plan: bool = True
+    """With the layer ops: a decode step's decoder layers run in one compiled call (the decode
+    plan); off: the per-layer Python loop over the same ops."""
+    decode_plan_split: bool = True
+    """The decode plan splits each layer's attention over the kernels' thread pool by kv head;
+    off: one call on the stepping thread."""
+    decode_lane: bool = True
+    """With the decode plan: the embedding rows, rotary rows and LM head run inside the plan's
+    call (the decode lane); off: in Python around the plan."""
+    cpu_gemv: bool = True
+    """Float32 linears of a few rows run the compiled GEMV on the kernels' thread pool; off:
+    torch's F.linear everywhere (and no decode plan for float32 weights)."""
+    huge_pages: bool = True
+    """Back the weights with 2 MiB transparent huge pages: float32 weights moved into one
+    MADV_HUGEPAGE mapping after load, and glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES of
+    the engine and worker processes a client spawns (Linux); off: neither."""
+    quant_isa: QuantIsa = "best"
+    """Caps the quantized and float32 kernels' code path: ``scalar``, ``avx2`` or ``avx512``;
+    ``best``: what the CPU runs. ``avx2`` on an AVX-512 machine runs what AVX2-only CPUs run
+    (A/B, CI parity). The cap is process-wide while the model runs."""
+    quant_x8: bool = True
+    """Quantized weights of the x8 types take the interleaved x8 layout (8 rows' blocks side by
+    side, made on first use) with int16 activations; off: the file's row layout."""
+    quant_x8_prefill: bool = True
+    """x8 weights compute every row count (prefill too) with the x8 kernels; off: from 16 rows
+    on, a dequantized copy and torch's GEMM."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name != "quant_isa" and not isinstance(getattr(self, f.name), bool):
+                raise ValueError(f"cpu_kernels.{f.name} must be True or False, got "
+                                 f"{getattr(self, f.name)!r}")
+        _one_of("cpu_kernels.quant_isa", self.quant_isa, QUANT_ISAS)
 
 
 @dataclass(frozen=True)
@@ -159,6 +208,9 @@ class EngineConfig:
     ray_force_tcp: bool = False
     """With ``distributed_backend="ray"``: reach every replica over ``zmq+tcp://``, also those
     on the host's own node (which otherwise use ``transport``)."""
+    cpu_kernels: CpuKernelConfig = field(default_factory=CpuKernelConfig)
+    """The CPU kernels' switches (``CpuKernelConfig``: one flag each, in the ``cpu kernels``
+    group of ``--help``)."""
 
     def __post_init__(self) -> None:
         _one_of("dtype", self.dtype, DTYPES)
@@ -176,6 +228,9 @@ class EngineConfig:
         _one_of("distributed_backend", self.distributed_backend, DISTRIBUTED_BACKENDS)
         _one_of("data_parallel_routing", self.data_parallel_routing, DATA_PARALLEL_ROUTING)
         _positive("data_parallel_size", self.data_parallel_size)
+        if not isinstance(self.cpu_kernels, CpuKernelConfig):
+            raise ValueError(f"cpu_kernels must be a CpuKernelConfig, got "
+                             f"{type(self.cpu_kernels).__name__}")
         scheme = self.transport.split("+", 1)[0].split("://", 1)[0]
         if scheme not in TRANSPORT_SCHEMES:
             raise ValueError(f"transport must be one of {TRANSPORT_SCHEMES} or a URL of one of "
@@ -235,19 +290,30 @@ class EngineConfig:
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         """Add one ``--flag`` per field (``--max-model-len``, ``--no-enable-prefix-caching``,
-        ...) to ``parser``, in an ``engine`` group: types and choices from the annotations,
-        help from the field docstrings above."""
+        ...) to ``parser``, in an ``engine`` group, and one per ``CpuKernelConfig`` field
+        (``--no-decode-plan``, ``--quant-isa``) in a ``cpu kernels`` group: types and choices
+        from the annotations, help from the field docstrings above."""
         from aioengine.field_args import add_field_args
 
-        add_field_args(parser.add_argument_group("engine"), EngineConfig, exclude=("extra",))
+        add_field_args(parser.add_argument_group("engine"), EngineConfig,
+                       exclude=_NOT_FLAGS)
+        add_field_args(parser.add_argument_group("cpu kernels"), CpuKernelConfig)
         return parser
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> EngineConfig:
         """The config from arguments parsed with a parser prepared by ``add_cli_args``."""
+        from aioengine.field_args import values_from_args
+
         kwargs = {f.name: getattr(args, f.name) for f in fields(cls)
-                  if f.name != "extra" and hasattr(args, f.name)}
-        return cls(**kwargs)
+                  if f.name not in _NOT_FLAGS and hasattr(args, f.name)}
+        return cls(**kwargs, cpu_kernels=CpuKernelConfig(**values_from_args(CpuKernelConfig,
+                                                                            args)))
+
+
+_NOT_FLAGS = ("extra", "cpu_kernels")
+"""EngineConfig fields without a flag of their own (``cpu_kernels``: one flag per field of its
+``CpuKernelConfig``)."""
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

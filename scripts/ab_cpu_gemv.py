@@ -1,6 +1,6 @@
 """A/B of the CPU float32 GEMV: batch-1 decode ms/token of one model with the compiled GEMV
-(default) and with torch's ``F.linear`` (``AIOENGINE_CPU_GEMV=0``), alternated, at each thread
-count. Each measurement is a fresh interpreter.
+(default) and with torch's ``F.linear`` (``CpuKernelConfig(cpu_gemv=False)``), alternated, at
+each thread count. Each measurement is a fresh interpreter.
 
     .venv/bin/python scripts/ab_cpu_gemv.py MODEL [--threads 1,2] [--rounds 2]
 """
@@ -8,7 +8,6 @@ count. Each measurement is a fresh interpreter.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -16,10 +15,11 @@ import sys
 CHILD = """
 import sys
 from aioengine.bench.kernels import _OurModel
-from aioengine.config import EngineConfig
+from aioengine.config import CpuKernelConfig, EngineConfig
 from aioengine.worker.model_runner import ModelRunner
 cfg = EngineConfig(model=sys.argv[1], block_size=16, num_kv_blocks=64, max_num_seqs=1,
-                   num_threads=int(sys.argv[2]), dtype="float32")
+                   num_threads=int(sys.argv[2]), dtype="float32",
+                   cpu_kernels=CpuKernelConfig(cpu_gemv=sys.argv[3] == "1"))
 r = ModelRunner(cfg)
 r.allocate_kv_cache(64)
 print("MS", _OurModel(r, 32).decode_ms([list(range(100, 356))], 5, 40))
@@ -27,8 +27,7 @@ print("MS", _OurModel(r, 32).decode_ms([list(range(100, 356))], 5, 40))
 
 
 def one(model: str, threads: int, gemv: bool) -> float:
-    env = {**os.environ, "AIOENGINE_CPU_GEMV": "1" if gemv else "0"}
-    out = subprocess.run([sys.executable, "-c", CHILD, model, str(threads)], env=env,
+    out = subprocess.run([sys.executable, "-c", CHILD, model, str(threads), "1" if gemv else "0"],
                          capture_output=True, text=True, check=True).stdout
     return float(next(ln for ln in out.splitlines() if ln.startswith("MS")).split()[1])
 

@@ -4,7 +4,7 @@ prefill path), and the two-group tile against the one-group kernel, on SmolLM2-1
 All three alternate in every round (A/B/C in one process); best of ``--repeats``.
 
     flock /tmp/bench.lock python scripts/bench_quant_prefill.py [--m 8,64,512] [--threads 1,2]
-    AIOENGINE_QUANT_ISA=avx2 ... (the AVX2 kernels on an AVX-512 machine)
+        [--isa avx2]  (the AVX2 kernels on an AVX-512 machine; ``CpuKernelConfig.quant_isa``)
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ def main() -> None:
     ap.add_argument("--m", default="8,64,512")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--isa", default="best", choices=("best", "scalar", "avx2", "avx512"))
     a = ap.parse_args()
     kern = load_quant_kernel()
+    kern.set_max_isa(a.isa)
     print("threads type shape M: tile ms (GMAC/s) | one-group ms | dequantize+sgemm ms | "
           "tile vs one-group, vs sgemm")
     for th in (int(v) for v in a.threads.split(",")):

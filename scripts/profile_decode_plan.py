@@ -18,8 +18,8 @@ import torch
 from aioengine.bench.kernels import _OurModel
 from aioengine.config import EngineConfig
 from aioengine.worker import gemv
+from aioengine.worker.cpu.decode_plan import DecodePlan
 from aioengine.worker.model_runner import ModelRunner
-from aioengine.worker.models.cpu_plan import DecodePlan
 
 PROMPT, WARMUP, STEPS = 256, 3, 40
 

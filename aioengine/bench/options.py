@@ -48,7 +48,7 @@ class BenchOptions:
     to the build). Default: the --model file alone."""
     x8: bool = True
     """peers: our quantized weights in the interleaved x8 layout (the default); --no-x8 keeps
-    the file's row layout (AIOENGINE_QUANT_X8=0), for A/B."""
+    the file's row layout (``CpuKernelConfig.quant_x8`` off), for A/B."""
     data_parallel_size: int = 1
     """offline, serve: run our engine as N replicas behind one client
     (EngineConfig.data_parallel_size)."""

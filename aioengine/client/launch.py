@@ -170,7 +170,8 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
             engine_in = payload[DETOK_NAME]["request_url"]
             engine_out = payload[DETOK_NAME]["output_url"]
         launch = EngineLaunch(config.to_msgpack(), engine_in, engine_out)
-        spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode(), env=model_process_env())
+        spec = ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch.encode(), env=model_process_env(
+            config.cpu_kernels.huge_pages))
         await to_thread(supervisor.spawn, spec)
         # The host's tokenizer loads while the engine imports torch and loads the model (it
         # used to load after READY, adding to start-up), after the spawn (the load holds the

@@ -8,7 +8,8 @@ moved into a huge-page arena after load (``gemv.huge_page_weights``); quantized 
 x8 copies and the KV cache are many allocations of torch's, so instead glibc's malloc is asked
 to back its heap and large blocks with transparent huge pages (``glibc.malloc.hugetlb=1``, glibc
 >= 2.35; older glibc ignores the tunable); a quantized batch-1 step got faster at one and two
-threads. ``AIOENGINE_HUGE_PAGES=0`` turns both off.
+threads. ``CpuKernelConfig.huge_pages`` off turns both off (the client that
+spawns the model process reads it from the config).
 
 torch's OpenMP workers (GNU libgomp in the CPU wheels) spin after every parallel region before
 they sleep (``GOMP_SPINCOUNT``, ~ms): a model process with more than one torch thread (an
@@ -26,17 +27,17 @@ from __future__ import annotations
 import os
 import sys
 
-HUGE_PAGES_ENV = "AIOENGINE_HUGE_PAGES"
 TUNABLE = "glibc.malloc.hugetlb"
 OMP_WAIT_ENV = "OMP_WAIT_POLICY"
 
 
-def model_process_env() -> dict[str, str]:
+def model_process_env(huge_pages: bool = True) -> dict[str, str]:
     """Variables to add to an engine or worker process's environment: the OpenMP wait policy
-    (``PASSIVE``, unless the user set one) and the huge-page heap tunable (not off Linux, with
-    ``AIOENGINE_HUGE_PAGES=0``, or where the user set the tunable already)."""
+    (``PASSIVE``, unless the user set one) and the huge-page heap tunable (not off Linux,
+    without ``huge_pages`` (``CpuKernelConfig.huge_pages``), or where the user set the tunable
+    already)."""
     env = {} if os.environ.get(OMP_WAIT_ENV) else {OMP_WAIT_ENV: "PASSIVE"}
-    if not sys.platform.startswith("linux") or os.environ.get(HUGE_PAGES_ENV, "1") == "0":
+    if not sys.platform.startswith("linux") or not huge_pages:
         return env
     current = os.environ.get("GLIBC_TUNABLES", "")
     if TUNABLE in current:

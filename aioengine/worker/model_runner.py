@@ -27,6 +27,7 @@ from aioengine.worker import gemv
 from aioengine.worker.attention import build_attention_metadata
 from aioengine.worker.attention.cpu_kernel import select_decode_kernel
 from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, max_context_len
+from aioengine.worker.cpu.backend import CpuBackend
 from aioengine.worker.kv_cache import allocate_kv_cache, kv_cache_dtype
 from aioengine.worker.loader import load_model
 from aioengine.worker.memory import HeapTrimmer
@@ -61,17 +62,18 @@ class ModelRunner:
         self.model, self.hf_config = load_model(
             resolved, dtype=config.dtype, device=device or config.device,
             load_format=config.load_format, tp_rank=rank, tp_size=world_size, seed=config.seed,
-            quantization=config.quantization, quant_activations=config.quant_activations)
+            quantization=config.quantization, quant_activations=config.quant_activations,
+            quant_x8=config.cpu_kernels.quant_x8,
+            quant_x8_prefill=config.cpu_kernels.quant_x8_prefill)
         self.spec = self.model.spec
         # Sliding window of every layer (KV blocks before it can be freed), else None.
         self.kv_window = self.spec.sliding_window if self.spec.all_layers_windowed else None
         self.device = self.model.device
         self.dtype = self.model.dtype
-        # CPU float32: decode-sized linears through the compiled GEMV (its pool uses the rank's
-        # thread budget; torch's pool is idle meanwhile)
-        self.uses_gemv_kernel = gemv.configure(self.device, self.dtype, self.threads)
-        if self.uses_gemv_kernel:  # decode streams the weights: no prefetcher stop every 4 KiB
-            gemv.huge_page_weights(self.model)
+        # how the model executes on CPU (decode path, GEMV, huge pages, code path), decided once;
+        # the GEMV's pool uses the rank's thread budget (torch's pool is idle meanwhile)
+        self.cpu_backend = CpuBackend(self.model, config.cpu_kernels, self.threads)
+        self.uses_gemv_kernel = self.cpu_backend.uses_gemv
         set_kernel_threads(None)  # torch's count, unless measured below
         self.kernel_threads_measured = False  # True: measured at this load, not read back
         if config.num_threads is None and self.device.type == "cpu":

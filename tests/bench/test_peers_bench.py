@@ -21,7 +21,7 @@ import pytest
 from aioengine.bench import peers
 from aioengine.bench.options import BenchOptions
 from aioengine.bench.peers import llama_cpp, serving, table
-from aioengine.bench.peers.child import X8_ENV, ours_child
+from aioengine.bench.peers.child import ours_child
 from aioengine.bench.workload import TokenSpace, synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,8 +170,8 @@ def test_the_model_must_be_a_gguf_file() -> None:
 def test_our_child_reports_the_default_threads_and_the_x8_switch() -> None:
     spec = {"model": "tiny", "decode_tokens": 4, "prefill_len": 32, "quantization": "q8_0",
             "threads": None, "decode_only": True}
-    on = ours_child(spec, {**os.environ, X8_ENV: "1"})
-    off = ours_child({**spec, "threads": 2}, {**os.environ, X8_ENV: "0"})
+    on = ours_child({**spec, "x8": True})
+    off = ours_child({**spec, "threads": 2, "x8": False})
     assert on["x8_fraction"] > 0.3 and off["x8_fraction"] == 0
     assert on["float_fraction"] == pytest.approx(off["float_fraction"], abs=1e-3)
     # the default is what ModelRunner picks with num_threads unset: the quantized kernels run

@@ -13,10 +13,9 @@ from aioengine.client.tokenizer import Tokenizer
 from aioengine.worker import gemv
 from aioengine.worker import threads as threads_mod
 from aioengine.worker.attention.cpu_kernel import load_decode_kernel
-from aioengine.worker.loader import load_model
-from aioengine.worker.models.cpu_plan import DecodePlan
-from aioengine.worker.ops.plan import DISABLE_ENV
+from aioengine.worker.cpu.decode_plan import DecodePlan
 from tests.models.conftest import PROMPTS
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
@@ -46,12 +45,12 @@ def test_plan_logits_equal_the_loop(smollm2, quantized, monkeypatch, threads, ba
     old_torch, old_gemv = torch.get_num_threads(), gemv.threads()
     torch.set_num_threads(threads)
     try:
-        monkeypatch.setenv(DISABLE_ENV, "1")
+        monkeypatch.setattr(model.cpu_path, "plan", True)
         fast = _run(model, spec, prompts, 6)
         plan = model.cpu_path._plan
         assert isinstance(plan, DecodePlan), plan
         runs = plan.runs
-        monkeypatch.setenv(DISABLE_ENV, "0")
+        monkeypatch.setattr(model.cpu_path, "plan", False)
         slow = _run(model, spec, prompts, 6)
     finally:
         torch.set_num_threads(old_torch)

@@ -11,9 +11,9 @@ import torch
 
 from aioengine import LLM, EngineConfig, SamplingParams
 from aioengine.client.tokenizer import Tokenizer
-from aioengine.worker.loader import load_model
 from tests.models.conftest import PROMPTS
 from tests.smollm2 import SMOLLM2
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")

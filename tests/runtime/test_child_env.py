@@ -10,7 +10,7 @@ from multiprocessing import resource_tracker
 import pytest
 
 from aioengine.runtime import ChildSpec, Supervisor
-from aioengine.runtime.heap_env import HUGE_PAGES_ENV, OMP_WAIT_ENV, model_process_env
+from aioengine.runtime.heap_env import OMP_WAIT_ENV, model_process_env
 from tests.runtime.targets import encode_args
 
 pytestmark = pytest.mark.timeout(90)
@@ -73,7 +73,6 @@ def test_bad_env_is_refused_by_name(env) -> None:
 
 def test_model_process_env(monkeypatch) -> None:
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    monkeypatch.delenv(HUGE_PAGES_ENV, raising=False)
     monkeypatch.delenv(OMP_WAIT_ENV, raising=False)
     passive = {OMP_WAIT_ENV: "PASSIVE"}
     assert model_process_env() == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1", **passive}
@@ -83,7 +82,6 @@ def test_model_process_env(monkeypatch) -> None:
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")  # the user's choice stands
     assert model_process_env() == passive
     monkeypatch.delenv("GLIBC_TUNABLES")
-    monkeypatch.setenv(HUGE_PAGES_ENV, "0")
-    assert model_process_env() == passive
+    assert model_process_env(huge_pages=False) == passive  # CpuKernelConfig.huge_pages off
     monkeypatch.setenv(OMP_WAIT_ENV, "ACTIVE")  # the user's policy stands
-    assert model_process_env() == {}
+    assert model_process_env(huge_pages=False) == {}

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from aioengine.worker import gemv
 from aioengine.worker.attention.cpu_kernel import load_decode_kernel
 from aioengine.worker.attention.paged import write_kv
-from aioengine.worker.loader import load_model
 from aioengine.worker.models.rope import apply_rope
 from aioengine.worker.ops import CpuOpsError, load_cpu_ops
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 from tests.worker.hf_models import make_hf_model
 

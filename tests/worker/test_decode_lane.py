@@ -13,9 +13,9 @@ import torch
 from aioengine.config import EngineConfig
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.messages.worker_io import NewSequence, ScheduledChunk, StepInput
+from aioengine.worker.cpu.decode_plan import DecodePlan
 from aioengine.worker.model_runner import ModelRunner
-from aioengine.worker.models.cpu_plan import DecodePlan
-from aioengine.worker.ops.plan import LANE_ENV, PlanError
+from aioengine.worker.ops.plan import PlanError
 from tests.worker.hf_models import make_hf_model
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
@@ -91,10 +91,10 @@ def test_lane_equals_the_module_path(tmp_path, monkeypatch, variant, quantizatio
     for kv in ("auto", "float16"):
         r = _runner(str(tmp_path), quantization, threads, kv)
         for temperature in (0.0, 0.8):
-            monkeypatch.setenv(LANE_ENV, "0")
+            monkeypatch.setattr(r.model.cpu_path, "lane", False)
             slow, slow_logits = _decode(r, "s", temperature)
             assert _plan(r).lane_runs == 0
-            monkeypatch.setenv(LANE_ENV, "1")
+            monkeypatch.setattr(r.model.cpu_path, "lane", True)
             fast, fast_logits = _decode(r, "f", temperature)
             assert _plan(r).lane_runs == 8, (kv, temperature)
             assert fast == slow, (kv, temperature)
@@ -115,13 +115,13 @@ def test_argmax_takes_the_first_largest_and_nan_as_numpy(tmp_path, monkeypatch):
     head = r.model.lm_head.weight
     head.data.zero_()
     for lane in ("0", "1"):
-        monkeypatch.setenv(LANE_ENV, lane)
+        monkeypatch.setattr(r.model.cpu_path, "lane", lane == "1")
         tokens, _ = _decode(r, "z" + lane, 0.0, steps=2)
         assert all(t == 0 for step in tokens for t in step), tokens
     head.data[37] = float("nan")
     head.data[90] = float("nan")
     for lane in ("0", "1"):
-        monkeypatch.setenv(LANE_ENV, lane)
+        monkeypatch.setattr(r.model.cpu_path, "lane", lane == "1")
         tokens, _ = _decode(r, "n" + lane, 0.0, steps=2)
         assert all(t == 37 for step in tokens for t in step), tokens
     assert _plan(r).lane_runs == 10  # two runs of 2 + 3 decode steps
@@ -136,7 +136,7 @@ def test_no_lane_where_the_model_needs_more(tmp_path, monkeypatch):
     plan = _plan(r)
     assert plan.lane_runs == 0 and plan.runs > 0
     assert "sliding-window" in (plan.lane_reason or "")
-    monkeypatch.setenv(LANE_ENV, "0")
+    monkeypatch.setattr(r.model.cpu_path, "lane", False)
     slow, _ = _decode(r, "b", 0.0)
     assert fast == slow
 
@@ -167,9 +167,9 @@ def test_a_float_table_moved_after_the_plan_is_followed(tmp_path, monkeypatch):
     _decode(r, "x", 0.0, steps=2)
     table = r.model.embed_tokens.weight
     table.data = (table.data * -3.0).contiguous()
-    monkeypatch.setenv(LANE_ENV, "0")
+    monkeypatch.setattr(r.model.cpu_path, "lane", False)
     slow, _ = _decode(r, "s", 0.0, steps=2)
-    monkeypatch.setenv(LANE_ENV, "1")
+    monkeypatch.setattr(r.model.cpu_path, "lane", True)
     fast, _ = _decode(r, "f", 0.0, steps=2)
     assert fast == slow
     assert _plan(r).lane_runs == 5

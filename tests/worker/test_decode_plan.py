@@ -1,4 +1,4 @@
-"""The decode plan (a step's layers in one C call, ``aioengine.worker.models.cpu_plan``) against
+"""The decode plan (a step's layers in one C call, ``aioengine.worker.cpu.decode_plan``) against
 the per-layer loop it replaces: the same compiled ops in the same order, so bit-equal logits."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch
 from aioengine.worker import gemv
 from aioengine.worker import threads as threads_mod
 from aioengine.worker.attention.cpu_kernel import load_decode_kernel
-from aioengine.worker.loader import load_model
-from aioengine.worker.models.cpu_plan import DecodePlan
-from aioengine.worker.ops.plan import DISABLE_ENV, PlanError, error_text
+from aioengine.worker.cpu.decode_plan import DecodePlan
+from aioengine.worker.ops.plan import PlanError, error_text
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 from tests.worker.hf_models import make_hf_model
 
@@ -59,11 +59,11 @@ def _both(model, cfg, monkeypatch, threads: int, **kw) -> tuple[Driver, Driver]:
     torch.set_num_threads(threads)
     gemv.set_threads(threads)
     try:
-        monkeypatch.setenv(DISABLE_ENV, "1")
+        monkeypatch.setattr(model.cpu_path, "plan", True)
         fast = _schedule(model, cfg, **kw)
-        monkeypatch.setenv(DISABLE_ENV, "0")
+        monkeypatch.setattr(model.cpu_path, "plan", False)
         slow = _schedule(model, cfg, **kw)
-        monkeypatch.setenv(DISABLE_ENV, "1")
+        monkeypatch.setattr(model.cpu_path, "plan", True)
     finally:
         torch.set_num_threads(old_torch)
         gemv.set_threads(old_gemv)
@@ -137,7 +137,7 @@ def test_plan_rebuilt_for_new_caches_and_weight_layouts(tmp_path, monkeypatch):
             qw.policy = dataclasses.replace(qw.policy, x8=False)
     rows = _schedule(model, cfg)
     assert path._plan is not plan and isinstance(path._plan, DecodePlan)
-    monkeypatch.setenv(DISABLE_ENV, "0")
+    monkeypatch.setattr(model.cpu_path, "plan", False)
     rows_loop = _schedule(model, cfg)
     _assert_equal(rows, rows_loop)
 
@@ -195,11 +195,11 @@ def test_many_sequences_with_x8_weights(tmp_path, monkeypatch):
     for quantization, runs in (("q8_0", 3), (None, 0)):
         model, cfg = load_model(str(tmp_path), dtype="float32", device="cpu",
                                 quantization=quantization)
-        monkeypatch.setenv(DISABLE_ENV, "1")
+        monkeypatch.setattr(model.cpu_path, "plan", True)
         fast = run(model, cfg)
         plan = model.cpu_path._plan
         assert isinstance(plan, DecodePlan) and plan.runs == runs, quantization
-        monkeypatch.setenv(DISABLE_ENV, "0")
+        monkeypatch.setattr(model.cpu_path, "plan", False)
         gen.manual_seed(2)
         slow = run(model, cfg)
         gen.manual_seed(2)

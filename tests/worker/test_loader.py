@@ -13,8 +13,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import GPT2Config
 
-from aioengine.worker.loader import load_model, read_model_spec, resolve_device, resolve_dtype
+from aioengine.worker.loader import read_model_spec, resolve_device, resolve_dtype
 from aioengine.worker.models import SUPPORTED_ARCHITECTURES, build_model
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 from tests.worker.hf_models import make_hf_model
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from aioengine.worker.attention.cpu_kernel import load_decode_kernel
-from aioengine.worker.loader import load_model
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 from tests.worker.hf_models import VARIANTS, make_hf_model
 

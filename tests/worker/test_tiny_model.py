@@ -7,7 +7,7 @@ from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM
 
 from aioengine.hub import resolve_model
-from aioengine.worker.loader import load_model
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from aioengine.worker.loader import load_model
 from aioengine.worker.parallel import default_init_addr, destroy_distributed, init_distributed
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 from tests.worker.hf_models import make_hf_model
 

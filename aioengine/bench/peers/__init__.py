@@ -57,7 +57,6 @@ from aioengine.bench.options import BenchOptions
 from aioengine.bench.peers import procs
 from aioengine.bench.peers.child import (
     PAGES,
-    X8_ENV,
     decode_read_bytes,
     ours_child,
     read_bandwidth,
@@ -146,7 +145,7 @@ def _run(options: BenchOptions) -> list[Result]:
             return []
         raise
     # our decode child runs the model itself: it starts as an engine process would
-    env = {**os.environ, **model_process_env(), **({X8_ENV: "0"} if not options.x8 else {})}
+    env = {**os.environ, **model_process_env()}
     rows: list[Result] = []
     for quant, path in files:
         rows += file_rows(quant, path, bindir, sizes, options, env)
@@ -174,7 +173,7 @@ def file_rows(quant: str, path: str, bindir: Path | None, sizes: Sizes, options:
             print(f"peers: {name} {metric} {value:.4g}", file=sys.stderr, flush=True)
 
     spec = {"model": path, "decode_tokens": sizes.decode_tokens,
-            "prefill_len": sizes.prefill_len, "quantization": quantization}
+            "prefill_len": sizes.prefill_len, "quantization": quantization, "x8": options.x8}
     if "decode" in stages:
         llama: dict[int, list[float]] = {}
         for _ in range(sizes.rounds):

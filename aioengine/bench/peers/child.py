@@ -12,9 +12,6 @@ from typing import Any
 
 MARK = "PEERS-RESULTS "
 CHILD_TIMEOUT = 900.0
-X8_ENV = "AIOENGINE_QUANT_X8"
-"""``0``: quantized weights stay in the file's row layout (``QuantPolicy.x8`` off), for A/B;
-the same name as ``aioengine.worker.quant.weight.X8_ENV`` (not imported: it pulls torch)."""
 
 
 def ours_child(spec: dict, env: dict[str, str] | None = None) -> dict:
@@ -111,11 +108,12 @@ def measure(spec: dict) -> dict:
     """Batch-1 decode and one prefill of ``spec["model"]`` at ``spec["threads"]`` (None: the
     engine's own default, as ``python -m aioengine.serve`` picks it), the weight bytes a decode
     step reads, the threads the engine's linears ran on, how the weights are laid out, and the
-    machine's read bandwidth right after."""
+    machine's read bandwidth right after. ``spec["x8"]`` False: quantized weights in the file's
+    row layout (``CpuKernelConfig.quant_x8``)."""
     import torch
 
     from aioengine.bench.kernels import _OurModel
-    from aioengine.config import EngineConfig
+    from aioengine.config import CpuKernelConfig, EngineConfig
     from aioengine.worker.model_runner import ModelRunner
 
     block, steps = 16, spec["decode_tokens"]
@@ -123,7 +121,8 @@ def measure(spec: dict) -> dict:
     per_seq = -(-longest // block)
     config = EngineConfig(model=spec["model"], block_size=block, num_kv_blocks=per_seq,
                           max_num_seqs=1, num_threads=spec["threads"], dtype="float32",
-                          quantization=spec.get("quantization"))
+                          quantization=spec.get("quantization"),
+                          cpu_kernels=CpuKernelConfig(quant_x8=spec.get("x8", True)))
     runner = ModelRunner(config)
     runner.allocate_kv_cache(per_seq)
     ours = _OurModel(runner, per_seq)

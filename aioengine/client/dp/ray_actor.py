@@ -12,8 +12,11 @@ import os
 import threading
 from typing import Any
 
+import msgspec
+
 from aioengine.client.launch import ENGINE_NAME
-from aioengine.messages.launch import ENGINE_TARGET
+from aioengine.config import EngineConfig
+from aioengine.messages.launch import ENGINE_TARGET, EngineLaunch
 from aioengine.runtime import ChildSpec, Supervisor
 from aioengine.runtime.errors import describe_exitcode
 from aioengine.runtime.heap_env import model_process_env
@@ -40,8 +43,11 @@ class ReplicaActor:
         """Spawn the engine with its ``EngineLaunch`` and wait for READY; its payload, with the
         engine's pid (on this node) added."""
         self._supervisor = Supervisor(self._on_death)
+        config = EngineConfig.from_msgpack(msgspec.msgpack.decode(launch,
+                                                                  type=EngineLaunch).config)
+        env = model_process_env(config.cpu_kernels.huge_pages)
         payload = self._supervisor.start([ChildSpec(ENGINE_NAME, ENGINE_TARGET, launch,
-                                                     env=model_process_env())],
+                                                     env=env)],
                                          timeout)[ENGINE_NAME]
         return {**payload, "pid": self._supervisor.pid(ENGINE_NAME), "actor_pid": os.getpid()}
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import logging
 import mmap
-import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from aioengine.runtime.heap_env import HUGE_PAGES_ENV
 from aioengine.worker.cpu.kernels import library
 from aioengine.worker.cpu.kernels.build import KernelBuildError
 
@@ -32,8 +30,6 @@ MAX_ROWS = 8
 GEMM, which does more flops per thread than the kernel at many rows (MKL's blocking;
 docs/benchmarks.md), unless the kernel's pool has more threads than torch's: then every row count
 takes the kernel (see ``max_kernel_rows``)."""
-DISABLE_ENV = "AIOENGINE_CPU_GEMV"
-"""``0`` turns the kernel off (torch's F.linear everywhere), for A/B measurements."""
 HUGE_PAGE = 2 << 20
 
 _ERRORS = {-2: "bad shapes or leading dimensions", -6: "thread count out of 1..256",
@@ -105,14 +101,15 @@ def max_kernel_rows() -> int:
     return MAX_ROWS if _threads <= torch.get_num_threads() else 1 << 62
 
 
-def configure(device: torch.device | str, dtype: torch.dtype, threads: int) -> bool:
-    """Load the kernel for this process when the model runs float32 on CPU (once), and set
-    the threads it splits rows over. Returns whether ``linear`` will use it. A kernel that
-    cannot be built here is one warning and torch's GEMM."""
+def configure(device: torch.device | str, dtype: torch.dtype, threads: int,
+              enabled: bool = True) -> bool:
+    """Load the kernel for this process when the model runs float32 on CPU and ``enabled``
+    (``CpuKernelConfig.cpu_gemv``; once), and set the threads it splits rows over. Returns
+    whether ``linear`` will use it. A kernel that cannot be built here is one warning and
+    torch's GEMM."""
     global _kernel, _threads
     _threads = max(1, min(256, threads))
-    if torch.device(device).type != "cpu" or dtype != torch.float32 \
-            or os.environ.get(DISABLE_ENV, "1") == "0":
+    if torch.device(device).type != "cpu" or dtype != torch.float32 or not enabled:
         _kernel = None
         return False
     if _kernel is None:
@@ -141,7 +138,7 @@ def huge_page_weights(model: torch.nn.Module, min_bytes: int = 1 << 20) -> int:
     """Move ``model``'s float32 CPU matrices of at least ``min_bytes`` into one anonymous
     mapping backed by transparent huge pages (``MADV_HUGEPAGE``; the kernel's default here is
     ``madvise``), in module order, and return the bytes moved (0 where huge pages are not
-    available or ``AIOENGINE_HUGE_PAGES=0``).
+    available). The CPU backend calls it unless ``CpuKernelConfig.huge_pages`` is off.
 
     Batch-1 decode streams every weight once per token, and with 4 KiB pages the hardware
     prefetcher stops at every page, so one thread reads huge-paged memory much faster (a plain
@@ -149,7 +146,7 @@ def huge_page_weights(model: torch.nn.Module, min_bytes: int = 1 << 20) -> int:
     tensors 4 KiB pages. Each parameter keeps its object (its ``.data`` is swapped), so tied
     weights stay tied; the old storage is freed as it goes, so the peak is one matrix above the
     model."""
-    if os.environ.get(HUGE_PAGES_ENV, "1") == "0" or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
         return 0
     params: dict[int, list[torch.nn.Parameter]] = {}
     for p in model.parameters():  # unique objects; tied parameters share one

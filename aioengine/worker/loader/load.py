@@ -42,7 +42,8 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
                device: str | torch.device = "auto", load_format: str = "auto", tp_rank: int = 0,
                tp_size: int = 1, seed: int = 0,
                quantization: str | None = None,
-               quant_activations: str = "int16") -> tuple[CausalLM, ModelSpec]:
+               quant_activations: str = "int16", quant_x8: bool = True,
+               quant_x8_prefill: bool = True) -> tuple[CausalLM, ModelSpec]:
     """Build the model for this rank and fill its weights; returns ``(model, spec)``.
 
     ``path_or_resolved``: a local Hugging Face directory, a GGUF file, a built-in name
@@ -50,7 +51,8 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
     resolved to), ``safetensors``, ``gguf`` (dequantized to ``dtype``), or ``dummy`` (random
     weights seeded by ``seed``). ``quantization``: keep linear weights quantized
     (``EngineConfig.quantization``, ``quant_activations``; CPU only; ``auto`` resolved by
-    ``auto_quantization``; None or ``none``: float weights).
+    ``auto_quantization``; None or ``none``: float weights); ``quant_x8``,
+    ``quant_x8_prefill``: their layout (``CpuKernelConfig``).
     """
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"load_format must be one of {LOAD_FORMATS}, got {load_format!r}")
@@ -79,7 +81,8 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
                              "quantize its weights at load)")
         from aioengine.worker.quant.model import quantize_model
 
-        quantize_model(model, quantization, quant_activations)
+        quantize_model(model, quantization, quant_activations, x8=quant_x8,
+                       x8_prefill=quant_x8_prefill)
     if load_format == "dummy":
         load_dummy(model, seed)
     elif reader is not None:

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
-from aioengine.worker.models import cpu_path
 from aioengine.worker.models.layers import RMSNorm, gelu_tanh_and_mul, silu_and_mul
 from aioengine.worker.models.moe import DOWN, GATE, UP, SparseMoE
 from aioengine.worker.models.rope import RotaryEmbedding, apply_rope
@@ -25,6 +24,21 @@ from aioengine.worker.parallel import (
 )
 from aioengine.worker.parallel.distributed import check_distributed
 from aioengine.worker.parallel.embedding import lm_logits
+
+
+class FastPath(Protocol):
+    """Another way to run ``CausalLM.forward`` and its decode steps, installed by the worker's
+    CPU backend (``aioengine.worker.cpu.backend``): the model keeps the math, the backend
+    decides how it executes."""
+
+    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                local: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata,
+                windowed: AttentionMetadata | None,
+                kv_caches: list[torch.Tensor]) -> torch.Tensor: ...
+
+    def decode_logits(self, ids: list[int], chunks: list[tuple[int, int, list[int]]],
+                      block_size: int, kernel: Any, kv_caches: list[torch.Tensor],
+                      greedy: bool = False) -> tuple[torch.Tensor, list[int] | None] | None: ...
 
 
 class Loadable(Protocol):
@@ -193,9 +207,8 @@ class CausalLM(nn.Module):
         # Gemma 3: windowed (local) layers rotate with their own base.
         self.local_rotary = None if spec.local_rope is None else RotaryEmbedding(
             spec.local_rope, spec.head_dim, spec.max_position_embeddings, dtype, device)
-        # CPU float32: the work between the linears in compiled ops (see cpu_path)
-        ops = cpu_path.load_for(self)
-        self.cpu_path = None if ops is None else cpu_path.CpuLayerPath(self, ops)
+        # None: the modules below run the forward; else what the CPU backend installed
+        self.cpu_path: FastPath | None = None
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,

@@ -5,7 +5,7 @@ residual add + RMSNorm, rotary embedding + KV-cache write (float32 or float16 ca
 SiLU-and-multiply.
 
 ``CpuOps``' methods check their tensors and name what is wrong (``CpuOpsError``); the model's
-CPU fast path (``aioengine.worker.models.cpu_path``) checks shapes once per step and calls the
+CPU fast path (``aioengine.worker.cpu.layer_path``) checks shapes once per step and calls the
 bare functions (``fn_*``) per layer.
 """
 

@@ -1,6 +1,6 @@
 """The decode plan: a step's decoder layers in one C call (``cpu/kernels/plan/decode_plan.c``).
 
-``CpuLayerPath`` (``aioengine.worker.models.cpu_path``) runs a layer as four linears and four
+``CpuLayerPath`` (``aioengine.worker.cpu.layer_path``) runs a layer as four linears and four
 compiled ops called from Python, and at batch 1 that Python between the C calls was a sizeable
 share of a step (docs/benchmarks.md, session 8). The plan records, once per model and KV cache,
 every layer's weight pointers (the quantized weights' ``QkSeg`` arrays or the float32 rows),
@@ -9,21 +9,17 @@ every layer: the results are bit-equal to the loop's, the Python per step is a f
 
 It covers decode steps (one token per sequence, the compiled attention kernel, no sliding-window
 layers) whose every linear is a quantized weight with a decode plan or a float32 weight the F32
-GEMV takes; anything else runs the loop. ``AIOENGINE_DECODE_PLAN=0`` turns it off (A/B).
+GEMV takes; anything else runs the loop. ``CpuKernelConfig.decode_plan`` off turns it off (A/B).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 
 from aioengine.worker.cpu.kernels import library
 from aioengine.worker.cpu.kernels.build import KernelBuildError
 from aioengine.worker.cpu.kernels.library import fn_address
-
-DISABLE_ENV = "AIOENGINE_DECODE_PLAN"
-"""``0``: decode steps run the per-layer Python loop (A/B measurements)."""
 
 KIND_SEGS, KIND_F32 = 0, 1
 _P, _I, _F, _I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int32
@@ -95,28 +91,6 @@ def error_text(code: int, where: int) -> str:
     return f"decode plan rejected its inputs at {at}: {what} (code {code})"
 
 
-SPLIT_ENV = "AIOENGINE_DECODE_PLAN_SPLIT"
-"""``0``: the plan runs each layer's attention as one call on the stepping thread instead of
-splitting its kv heads over the kernels' pool (A/B)."""
-
-
-LANE_ENV = "AIOENGINE_DECODE_LANE"
-"""``0``: decode steps run the embedding, rotary rows and LM head in Python around the plan
-(the module path) instead of in the plan's call (A/B)."""
-
-
-def lane_enabled() -> bool:
-    return os.environ.get(LANE_ENV, "1") != "0"
-
-
-def enabled() -> bool:
-    return os.environ.get(DISABLE_ENV, "1") != "0"
-
-
-def split_attention() -> bool:
-    return os.environ.get(SPLIT_ENV, "1") != "0"
-
-
 class PlanLib:
     def __init__(self, path: str) -> None:
         lib = library.open_library(library.PLAN, path)
@@ -145,6 +119,5 @@ def load_plan_lib(compiler_name: str | None = None) -> PlanLib:
     return _lib
 
 
-__all__ = ["DISABLE_ENV", "KIND_F32", "KIND_SEGS", "LANE_ENV", "LANE_OPS", "SPLIT_ENV",
-           "PlanError", "PlanLayer", "PlanLib", "PlanLinear", "PlanStep", "enabled",
-           "error_text", "fn_address", "lane_enabled", "load_plan_lib", "split_attention"]
+__all__ = ["KIND_F32", "KIND_SEGS", "LANE_OPS", "PlanError", "PlanLayer", "PlanLib",
+           "PlanLinear", "PlanStep", "error_text", "fn_address", "load_plan_lib"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,10 +61,6 @@ def qtype_of(t: object) -> QType:
 LEVELS = {-1: "best", 0: "scalar", 1: "avx2", 2: "avx512"}
 X8_TILE_MIN_M = 3
 """The library's default for ``set_x8_tile`` (``x8_tile_min_m`` in quant/gemm_x8.c)."""
-ISA_ENV = "AIOENGINE_QUANT_ISA"
-"""Environment variable capping the kernels' code path: ``scalar``, ``avx2`` or ``avx512``
-(``best``/unset: what the CPU runs). ``avx2`` on an AVX-512 machine runs what AVX2-only CPUs
-run (A/B measurements, CI parity)."""
 
 _ERRORS = {
     -1: "unsupported block type",
@@ -108,11 +103,7 @@ class QuantKernel:
 
     def __init__(self, path: str) -> None:
         lib = library.open_library(library.QUANT, path)
-        isa = os.environ.get(ISA_ENV, "best").strip().lower() or "best"
-        names = {v: k for k, v in LEVELS.items()}
-        if isa not in names:
-            raise QuantKernelError(f"{ISA_ENV}={isa!r}: expected one of {sorted(names)}")
-        lib.qk_set_max_level(2 if names[isa] < 0 else names[isa])
+        lib.qk_set_max_level(2)  # the best the CPU runs, until ``set_max_isa``
         _check_types(lib)
         self.path = path
         self._lib = lib
@@ -125,6 +116,17 @@ class QuantKernel:
         self.raw_matmul_segs = lib.qk_matmul_segs
         """``(segs, nseg, x, ldx, m, k, y, ldy, threads)``: every segment of a weight (a
         ``QkSeg`` array) in one call, unchecked like ``raw_matmul``."""
+
+    def set_max_isa(self, isa: str) -> None:
+        """Cap the code path of every call that asks for the best one (level -1, the GEMV's
+        and the decode plan's too): ``scalar``, ``avx2``, ``avx512``, or ``best`` (what the
+        CPU runs); ``CpuKernelConfig.quant_isa``. ``avx2`` on an AVX-512 machine runs what
+        AVX2-only CPUs run (A/B, CI parity). Process-wide: the library is loaded once."""
+        names = {v: k for k, v in LEVELS.items()}
+        if isa not in names:
+            raise QuantKernelError(f"quant_isa={isa!r}: expected one of {sorted(names)}")
+        self._lib.qk_set_max_level(2 if names[isa] < 0 else names[isa])
+        self.best_level = self._lib.qk_best_level()
 
     def set_spin_ns(self, ns: int) -> None:
         """How long an idle pool thread spins before it sleeps (default 200 us)."""

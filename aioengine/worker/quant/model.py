@@ -11,13 +11,14 @@ from aioengine.worker.quant.weight import QuantPolicy
 logger = logging.getLogger(__name__)
 
 
-def quantize_model(model: CausalLM, mode: str, activations: str = "int16") -> QuantPolicy:
+def quantize_model(model: CausalLM, mode: str, activations: str = "int16", *, x8: bool = True,
+                   x8_prefill: bool = True) -> QuantPolicy:
     """Every column- and row-parallel linear (fused q/k/v, o, fused gate/up, down) and the LM
     head keep their weights quantized under ``mode`` (``QuantPolicy``); a tied embedding keeps
     its float table for lookups beside the head's quantized copy. Mixture-of-experts weights
     (stacked expert tensors) stay float. ValueError for an unknown mode or a model not on
-    CPU."""
-    policy = QuantPolicy(mode, activations)
+    CPU. ``x8``, ``x8_prefill``: the policy's layout switches (``CpuKernelConfig``)."""
+    policy = QuantPolicy(mode, activations, x8=x8, x8_prefill=x8_prefill)
     linears = [m for m in model.modules()
                if isinstance(m, (MergedColumnParallelLinear, RowParallelLinear))]
     for linear in linears:

@@ -14,8 +14,7 @@ to that type, and takes GGUF blocks already of that type unchanged.
 from __future__ import annotations
 
 import logging
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,10 +61,6 @@ QUANTIZATION_MODES = ("gguf", *QTYPES)
 # enough rows share it. Measured with scripts/bench_quant_gemv.py --small-m (docs/quantization.md,
 # docs/benchmarks.md): with int16 activations the kernel is faster up to M=8 and even at 16.
 SGEMM_MIN_ROWS = 16
-X8_ENV = "AIOENGINE_QUANT_X8"
-"""``0`` in the environment: ``QuantPolicy.x8`` defaults to False (the peers bench's --no-x8)."""
-X8_PREFILL_ENV = "AIOENGINE_QUANT_X8_PREFILL"
-"""``0`` in the environment: ``QuantPolicy.x8_prefill`` defaults to False (A/B)."""
 _INT8_TYPES = ("q8_0", "q4_0", "q4_1")
 
 
@@ -77,15 +72,14 @@ class QuantPolicy:
     """``float32``, ``int16`` or ``int8`` (``kernel.ACTIVATIONS``); int8 applies to
     q8_0/q4_0/q4_1 segments (other types use int16)."""
     sgemm_min_rows: int = SGEMM_MIN_ROWS
-    x8: bool = field(default_factory=lambda: os.environ.get(X8_ENV, "1") != "0")
+    x8: bool = True
     """Keep weights of the x8 types (``kernel.X8_TYPES``) in the interleaved x8 layout (8 rows'
     blocks side by side, made on first use) when the activations are int16: the GEMV's fast
-    path. False: the file's row layout (A/B comparisons); the default is False where
-    ``AIOENGINE_QUANT_X8=0``."""
-    x8_prefill: bool = field(default_factory=lambda: os.environ.get(X8_PREFILL_ENV, "1") != "0")
+    path. False: the file's row layout (A/B comparisons; ``CpuKernelConfig.quant_x8``)."""
+    x8_prefill: bool = True
     """x8 weights compute every M (prefill too) with the x8 kernels; False: from
-    ``sgemm_min_rows`` rows on, a dequantized copy and torch's sgemm (A/B; the default is False
-    where ``AIOENGINE_QUANT_X8_PREFILL=0``)."""
+    ``sgemm_min_rows`` rows on, a dequantized copy and torch's sgemm (A/B;
+    ``CpuKernelConfig.quant_x8_prefill``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in QUANTIZATION_MODES:

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from aioengine.config import QUANTIZATIONS, EngineConfig
-from aioengine.worker.loader import load_model
 from aioengine.worker.parallel import (
     MergedColumnParallelLinear,
     QKVParallelLinear,
@@ -21,6 +20,7 @@ from aioengine.worker.parallel import (
 )
 from aioengine.worker.quant import QTYPES, quantize
 from aioengine.worker.quant.weight import QUANTIZATION_MODES, QuantizedWeight, QuantPolicy
+from tests.worker.cpu_load import load_model
 from tests.worker.driver import Driver
 
 gguf = pytest.importorskip("gguf")

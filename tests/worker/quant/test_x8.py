@@ -198,29 +198,27 @@ def test_decode_plan_matches_the_checked_path(kern):
     assert np.abs(got.numpy() - ref).max() < 1e-4 * float(np.abs(ref).max())
 
 
-def test_isa_env_caps_the_code_path(kern, monkeypatch):
-    """AIOENGINE_QUANT_ISA=avx2 makes the best-level calls run the AVX2 kernels (what AVX2-only
-    CPUs run) — bit-equal to asking for level 1; a bad value is named."""
-    from aioengine.worker.quant.kernel import QuantKernel
-
+def test_quant_isa_caps_the_code_path(kern):
+    """``set_max_isa("avx2")`` (``CpuKernelConfig.quant_isa``) makes the best-level calls run
+    the AVX2 kernels (what AVX2-only CPUs run) — bit-equal to asking for level 1; a bad value
+    is named."""
     if kern.best_level < 1:
         pytest.skip("needs an AVX2 CPU")
+    best = kern.best_level
     qt = QTYPES["q4_1"]
     b, _ = blocks_of("q4_1", 40, 128, seed=3)
     x8 = kern.repack_x8(qt, torch.from_numpy(b), 128)
     x = torch.randn(1, 128)
     want = kern.matmul_x8(qt, x, x8, torch.empty(1, 40), level=1)
     try:
-        monkeypatch.setenv("AIOENGINE_QUANT_ISA", "avx2")
-        capped = QuantKernel(kern.path)  # the cap is the loaded library's (process-wide)
-        assert capped.best_level == 1
-        assert torch.equal(capped.matmul_x8(qt, x, x8, torch.empty(1, 40)), want)
-        monkeypatch.setenv("AIOENGINE_QUANT_ISA", "sse9")
-        with pytest.raises(QuantKernelError, match="AIOENGINE_QUANT_ISA='sse9': expected one of"):
-            QuantKernel(kern.path)
+        kern.set_max_isa("avx2")  # the cap is the loaded library's (process-wide)
+        assert kern.best_level == 1
+        assert torch.equal(kern.matmul_x8(qt, x, x8, torch.empty(1, 40)), want)
+        with pytest.raises(QuantKernelError, match="quant_isa='sse9': expected one of"):
+            kern.set_max_isa("sse9")
     finally:
-        monkeypatch.delenv("AIOENGINE_QUANT_ISA")
-        assert QuantKernel(kern.path).best_level == kern.best_level
+        kern.set_max_isa("best")
+    assert kern.best_level == best
 
 
 @pytest.mark.parametrize("name", X8_TYPES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from aioengine.worker.loader import load_model
+from tests.worker.cpu_load import load_model
 from tests.worker.tp_child import schedule_logits
 
 

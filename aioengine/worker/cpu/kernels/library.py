@@ -56,7 +56,7 @@ QUANT = Library(
     "qkernels", "quant",
     # No -march: the AVX2 and AVX-512 paths are compiled with __attribute__((target)) and chosen
     # at run time, so the scalar path stays portable C and the dispatch is exercised on every
-    # machine (AIOENGINE_QUANT_ISA caps it).
+    # machine (CpuKernelConfig.quant_isa caps it).
     ("-O3", "-std=c11", "-fPIC", "-shared", "-pthread"),
     "quantized matmul kernels",
     (("qk_version", (_C, ())),

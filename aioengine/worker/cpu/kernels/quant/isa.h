@@ -1,5 +1,5 @@
 /* Which code paths this CPU runs (CPUID, asked once), and the cap qk_set_max_level puts on
- * them (AIOENGINE_QUANT_ISA: forcing the AVX2 path on an AVX-512 machine measures what
+ * them (CpuKernelConfig.quant_isa: forcing the AVX2 path on an AVX-512 machine measures what
  * AVX2-only CPUs run). */
 #ifndef QK_ISA_H
 #define QK_ISA_H

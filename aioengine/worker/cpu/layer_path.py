@@ -11,32 +11,29 @@ over a few KB. Here each layer is its four linears plus four C calls (``aioengin
 with the residual stream updated in place, the attention kernel's arguments checked once per
 step (``PagedDecodeKernel.bind``), and each layer's modules looked up once. Models it does not
 cover (q/k norms, Gemma's sandwich norms and GELU, MoE layers) and other devices and dtypes
-keep the module path; ``AIOENGINE_CPU_OPS=0`` turns it off (A/B measurements).
+keep the module path. Whether a model takes this path, the decode plan and the lane is the
+CPU backend's decision (``aioengine.worker.cpu.backend``), made once at load.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from aioengine.worker.attention import AttentionMetadata, paged_attention
-from aioengine.worker.cpu.kernels.build import KernelBuildError
-from aioengine.worker.models.cpu_plan import DecodePlan
+from aioengine.worker.cpu.decode_plan import DecodePlan
 from aioengine.worker.models.layers import RMSNorm
 from aioengine.worker.models.spec import ModelSpec
-from aioengine.worker.ops import CpuOps, load_cpu_ops
-from aioengine.worker.ops.plan import enabled as plan_enabled
-from aioengine.worker.ops.plan import lane_enabled
+from aioengine.worker.ops import CpuOps
 
 logger = logging.getLogger(__name__)
 
 
 class DecoderModel(Protocol):
-    """What this path reads of the model (``decoder.CausalLM``, which imports this module)."""
+    """What this path reads of the model (``decoder.CausalLM``)."""
 
     spec: ModelSpec
     device: torch.device
@@ -44,34 +41,17 @@ class DecoderModel(Protocol):
     layers: nn.ModuleList
     norm: RMSNorm
 
-DISABLE_ENV = "AIOENGINE_CPU_OPS"
-"""``0`` keeps the module path on CPU too."""
 
-
-def covers(model: DecoderModel) -> str | None:
-    """None when the fast path runs this model, else why not."""
+def uncovered(model: DecoderModel) -> str | None:
+    """None when this path can run ``model``, else why not."""
     spec = model.spec
     if model.device.type != "cpu" or model.dtype != torch.float32:
         return f"model on {model.device} in {model.dtype}"
-    if os.environ.get(DISABLE_ENV, "1") == "0":
-        return f"{DISABLE_ENV}=0"
     if spec.qk_norm or spec.sandwich_norms or spec.moe_layers:
         return "q/k norms, sandwich norms or MoE layers"
     if spec.hidden_act != "silu":
         return f"activation {spec.hidden_act}"
     return None
-
-
-def load_for(model: DecoderModel) -> CpuOps | None:
-    reason = covers(model)
-    if reason is not None:
-        logger.debug("CPU layer ops off: %s", reason)
-        return None
-    try:
-        return load_cpu_ops()
-    except KernelBuildError as e:
-        logger.warning("CPU layer ops unavailable, torch ops instead: %s", e)
-        return None
 
 
 def _linear(module: Any) -> Any:
@@ -98,9 +78,18 @@ class _Layer:
 
 
 class CpuLayerPath:
-    def __init__(self, model: DecoderModel, ops: CpuOps) -> None:
+    """A model's forward through the compiled layer ops; with ``plan`` its decode steps in
+    the decode plan's one call (``split``: attention split over the kernels' pool), with
+    ``lane`` also the embedding, rotary rows and LM head (``decode_logits``). The flags are
+    the backend's decision; tests flip ``plan`` to compare the plan with the loop."""
+
+    def __init__(self, model: DecoderModel, ops: CpuOps, *, plan: bool = True,
+                 split: bool = True, lane: bool = True) -> None:
         self.model = model
         self.ops = ops
+        self.plan = plan
+        self.split = split
+        self.lane = lane
         self._layers: list[_Layer] | None = None
         # the decode plan, or why there is none for which caches
         self._plan: DecodePlan | tuple[str, tuple[int, ...]] | None = None
@@ -200,10 +189,9 @@ class CpuLayerPath:
                       block_size: int, kernel: Any, kv_caches: list[torch.Tensor],
                       greedy: bool = False) -> tuple[torch.Tensor, list[int] | None] | None:
         """A decode step from token ids to logits (and with ``greedy`` their argmax) in the
-        plan's one call (``DecodePlan.step_logits``), or None: the module path runs it
-        (``AIOENGINE_DECODE_LANE=0``, no plan or lane for this model, a step the lane does
-        not take)."""
-        if not lane_enabled():
+        plan's one call (``DecodePlan.step_logits``), or None: the module path runs it (the
+        lane off, no plan or lane for this model, a step the lane does not take)."""
+        if not self.lane:
             return None
         plan = self._decode_plan(kv_caches)
         if plan is None:
@@ -212,9 +200,9 @@ class CpuLayerPath:
 
     def _decode_plan(self, kv_caches: list[torch.Tensor]) -> DecodePlan | None:
         """The model's decode plan over these caches (built on first use, rebuilt when the
-        caches or a weight's layout change), or None (``AIOENGINE_DECODE_PLAN=0``, or the
-        model has none: the reason is logged once per set of caches)."""
-        if not plan_enabled():
+        caches or a weight's layout change), or None (the plan off, or the model has none: the
+        reason is logged once per set of caches)."""
+        if not self.plan:
             return None
         plan = self._plan
         if isinstance(plan, DecodePlan):
@@ -222,7 +210,7 @@ class CpuLayerPath:
                 return plan
         elif plan is not None and plan[1] == tuple(c.data_ptr() for c in kv_caches):
             return None
-        built = DecodePlan.build(self.model, self.ops, kv_caches)
+        built = DecodePlan.build(self.model, self.ops, kv_caches, split=self.split)
         if isinstance(built, str):
             logger.debug("CPU decode plan off: %s", built)
             self._plan = (built, tuple(c.data_ptr() for c in kv_caches))

@@ -5,8 +5,9 @@ caches; None when a linear is one the plan does not run: a bias, tensor parallel
 inside a quantized weight, the F32 GEMV off); ``DecodePlan.run`` checks a step's inputs in
 Python (the attention kernel's own checks, the activations' sizes) and makes one ``plan_run``
 call for every layer, or returns None when the step is not one it covers (prefill or mixed
-steps, too many rows for the linears' decode kernels), leaving it to ``CpuLayerPath``'s loop.
-Models that mix sliding-window and full layers (two metadata, two rope tables) have no plan.
+steps, too many rows for the linears' decode kernels), leaving it to ``CpuLayerPath``'s loop
+(``aioengine.worker.cpu.layer_path``). Models that mix sliding-window and full layers (two
+metadata, two rope tables) have no plan.
 
 The decode lane (``DecodePlan.step_logits``) runs a whole decode step in that call: the
 embedding rows, the rotary rows, the layers and the LM head, from the step's token ids,
@@ -148,7 +149,7 @@ def _current(state: tuple[Any, ...]) -> bool:
         q, p, policy = state
         return q._plan is p and q.policy is policy
     w, ptr = state
-    return w.data_ptr() == ptr
+    return bool(w.data_ptr() == ptr)
 
 
 class DecodePlan:
@@ -157,8 +158,10 @@ class DecodePlan:
     def __init__(self, lib: cplan.PlanLib, step: cplan.PlanStep, layers: Any,
                  states: list[tuple[Any, ...]], caches: tuple[int, ...],
                  cache_dtype: torch.dtype, max_rows: int, windowed: bool,
-                 keep: tuple[Any, ...], lane: dict[str, Any] | str = "not built") -> None:
+                 keep: tuple[Any, ...], lane: dict[str, Any] | str = "not built",
+                 split: bool = True) -> None:
         self.lib = lib
+        self.split = split  # each layer's attention split over the kernels' pool by kv head
         self.step = step
         self.layers = layers  # the ctypes array the step points at
         self.states = states
@@ -190,11 +193,10 @@ class DecodePlan:
         return tuple(st for st in (lane["head_state"], lane["table_state"]) if st)
 
     @classmethod
-    def build(cls, model: Any, ops: CpuOps,
-              kv_caches: list[torch.Tensor]) -> DecodePlan | str:
-        """The plan for ``model``'s layers over ``kv_caches``, or why there is none."""
-        if not cplan.enabled():
-            return f"{cplan.DISABLE_ENV}=0"
+    def build(cls, model: Any, ops: CpuOps, kv_caches: list[torch.Tensor],
+              split: bool = True) -> DecodePlan | str:
+        """The plan for ``model``'s layers over ``kv_caches`` (``split``: each layer's
+        attention split over the kernels' pool), or why there is none."""
         windowed = [bool(layer.windowed) for layer in model.layers]
         if any(windowed) and not all(windowed):
             return "a mix of sliding-window and full layers"
@@ -245,12 +247,12 @@ class DecodePlan:
         # no reference to the caches: a step checks their pointers (caches freed and others
         # allocated at the same addresses are the same memory; their shapes are checked per step)
         keep = (qk, ops, model.norm.weight)
-        lane = _lane_caches(kv_caches, hkv, d)
-        lane = _lane(model, qk) if lane is None else lane
+        no_lane = _lane_caches(kv_caches, hkv, d)
+        lane = _lane(model, qk) if no_lane is None else no_lane
         if isinstance(lane, dict):
             lane["max_rows"] = min(max_rows, _max_rows(lane["head_state"]))
         return cls(lib, step, arr, states, tuple(c.data_ptr() for c in kv_caches),
-                   kv_caches[0].dtype, max_rows, all(windowed), keep, lane)
+                   kv_caches[0].dtype, max_rows, all(windowed), keep, lane, split)
 
     def profile(self, on: bool = True) -> None:
         """Time every op of the steps that follow (``op_times``); off: no clock reads."""
@@ -305,7 +307,7 @@ class DecodePlan:
             s.attention = cplan.fn_address(kernel.fn_for(cache))
             s.attention_heads = cplan.fn_address(kernel.heads_fn16 if f16
                                                  else kernel.heads_fn) \
-                if cplan.split_attention() else None
+                if self.split else None
             s.half = lane["cos"].shape[1]
             s.rows = s.window_starts = None
             s.embed_rows, s.embed_w, s.embed_n = lane["embed_rows"], lane["embed_w"], \
@@ -423,7 +425,7 @@ class DecodePlan:
         s.attention = cplan.fn_address(bound.fn)
         s.attention_heads = cplan.fn_address(
             dec.kernel.heads_fn16 if cache.dtype == torch.float16 else dec.kernel.heads_fn) \
-            if cplan.split_attention() else None
+            if self.split else None
         s.t, s.half = t, cos.shape[1]
         s.slots_per_head = cache.shape[2] * cache.shape[3]
         s.residual, s.x, s.qkv, s.attn = h.data_ptr(), x.data_ptr(), qkv.data_ptr(), \
