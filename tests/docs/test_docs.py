@@ -200,6 +200,24 @@ def test_engine_config_fields_in_docs_exist() -> None:
                 assert name in fields, f"{page.name}: EngineConfig has no field {name!r}"
 
 
+def test_every_cpu_kernel_switch_is_in_the_engine_page() -> None:
+    """The CPU backend's table in docs/engine.md lists every ``CpuKernelConfig`` field, and
+    each row's flag is one ``python -m aioengine.serve`` takes."""
+    import dataclasses
+
+    from aioengine.config import CpuKernelConfig
+    from aioengine.server.__main__ import build_parser
+
+    heading = "### The CPU backend and its switches"
+    documented = table_column("engine.md", heading, r"`([a-z_0-9]+)`")
+    assert documented == {f.name for f in dataclasses.fields(CpuKernelConfig)}
+    known = {opt for action in build_parser()._actions for opt in action.option_strings}
+    page = (DOCS / "engine.md").read_text(encoding="utf-8").split(heading, 1)[1]
+    rows = [line for line in page.split("\n#", 1)[0].splitlines() if line.startswith("| `")]
+    flags = {m for row in rows for m in re.findall(r"`(--[a-z][a-z0-9-]+)", row)}
+    assert len(flags) == len(rows) and flags <= known, sorted(flags - known)
+
+
 def test_deploying_examples_use_real_serve_flags() -> None:
     from aioengine.server.__main__ import build_parser
 
