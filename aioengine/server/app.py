@@ -20,6 +20,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from aioengine import AsyncMPClient, EngineDeadError
 from aioengine.hub import served_model_name
+from aioengine.server.anthropic.routes import MessagesRoutes
 from aioengine.server.auth import api_key_middleware
 from aioengine.server.client_slot import ClientSlot
 from aioengine.server.cors import enable_cors
@@ -38,7 +39,8 @@ def create_app(client: AsyncMPClient | ClientSlot,
                settings: ServerSettings | None = None) -> web.Application:
     """The API over an entered ``AsyncMPClient`` (or a ``ClientSlot`` holding one, to swap in
     another client for the same config while it runs). Routes: ``POST /v1/chat/completions``,
-    ``POST /v1/completions``, ``GET /v1/models[/{model}]``, ``POST /tokenize``,
+    ``POST /v1/completions``, ``POST /v1/messages[/count_tokens]`` (Anthropic's Messages
+    API), ``GET /v1/models[/{model}]``, ``POST /tokenize``,
     ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     if isinstance(client, ClientSlot):
@@ -79,6 +81,9 @@ def create_app(client: AsyncMPClient | ClientSlot,
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
     TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
+    MessagesRoutes(client, gen, max_request_bytes=settings.max_request_bytes,
+                   tool_call_parser=settings.tool_call_parser,
+                   strict_request_fields=settings.strict_request_fields).add_to(app)
     spec = msgspec.json.encode(openapi_document(bool(settings.api_keys)))
 
     async def openapi(_: web.Request) -> web.Response:
@@ -101,7 +106,7 @@ def create_app(client: AsyncMPClient | ClientSlot,
     return app
 
 
-_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
 
 
 def _restarting_middleware(slot: ClientSlot) -> Any:

@@ -1,4 +1,5 @@
-"""API keys: ``Authorization: Bearer <key>`` on the API routes.
+"""API keys: ``Authorization: Bearer <key>`` (or ``x-api-key: <key>``, as Anthropic's SDKs and
+Claude Code send it) on the API routes.
 
 Keys are compared as SHA-256 digests with ``hmac.compare_digest``, so the time a check takes
 says nothing about how much of a guess was right, nor about a key's length; every configured
@@ -72,7 +73,10 @@ def api_key_middleware(keys: Iterable[str], protect_open_paths: bool = False) ->
             return await handler(request)
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise _unauthorized("missing API key: send it as 'Authorization: Bearer <key>'")
+            token = request.headers.get("x-api-key", "")
+        if not token.strip():
+            raise _unauthorized("missing API key: send it as 'Authorization: Bearer <key>' "
+                                "or 'x-api-key: <key>'")
         given = _digest(token.strip())
         matched = False
         for digest in digests:  # no early exit: the time does not tell which key matched

@@ -1,7 +1,9 @@
-"""OpenAI-style error bodies: ``{"error": {"message", "type", "param", "code"}}``.
+"""OpenAI-style error bodies: ``{"error": {"message", "type", "param", "code"}}``; on the
+Anthropic Messages routes Anthropic's: ``{"type": "error", "error": {"type", "message"}}``.
 
-Handlers raise ``ApiError``; the middleware turns it (and aiohttp's own 404/405/413, and any
-unexpected exception) into that body, so every failure a client sees has the same shape.
+Handlers raise ``ApiError``; the middleware turns it (and aiohttp's own 404/405/413, the API-key
+check's 401, and any unexpected exception) into the route's body, so every failure a client
+sees has the shape its SDK reads.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_
           405: "invalid_request_error", 408: "timeout_error",
           413: "invalid_request_error", 415: "invalid_request_error", 500: "internal_server_error",
           503: "service_unavailable_error", 504: "timeout_error"}
+# Anthropic's error types by status (its docs' "HTTP errors" table); anything else api_error.
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 408: "timeout_error",
+                    413: "request_too_large", 415: "invalid_request_error",
+                    429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
+ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
+"""Routes that answer errors in Anthropic's shape (matched as path suffixes: the app may be
+mounted under a prefix)."""
 
 
 class ApiError(Exception):
@@ -41,8 +51,13 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
 
-    def response(self) -> web.Response:
-        return web.Response(status=self.status, body=msgspec.json.encode(self.body()),
+    def anthropic_body(self) -> dict[str, object]:
+        return {"type": "error", "error": {
+            "type": _ANTHROPIC_TYPES.get(self.status, "api_error"), "message": self.message}}
+
+    def response(self, anthropic: bool = False) -> web.Response:
+        body = self.anthropic_body() if anthropic else self.body()
+        return web.Response(status=self.status, body=msgspec.json.encode(body),
                             content_type="application/json", headers=self.headers)
 
 
@@ -120,25 +135,28 @@ class RefusalLog:
 
 
 def error_middleware(refusals: RefusalLog) -> Middleware:
-    """Turns ``ApiError``, aiohttp's HTTP errors and unexpected exceptions into OpenAI-shaped
-    error responses; every 4xx goes to ``refusals``."""
+    """Turns ``ApiError``, aiohttp's HTTP errors and unexpected exceptions into error
+    responses in the route's shape (OpenAI's, or Anthropic's on ``ANTHROPIC_PATHS``); every
+    4xx goes to ``refusals``."""
 
     @web.middleware
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        anthropic = request.path.endswith(ANTHROPIC_PATHS)
         try:
             return await handler(request)
         except ApiError as e:
             refusals.log(request, e)
-            return e.response()
+            return e.response(anthropic)
         except web.HTTPException as e:
             if e.status < 400:
                 raise
             err = _from_http(request, e)
             refusals.log(request, err)
-            return err.response()
+            return err.response(anthropic)
         except Exception:
             logger.exception("unhandled error serving %s %s", request.method, request.path)
-            return ApiError(500, "internal server error (see the server log)").response()
+            return ApiError(500, "internal server error (see the server log)").response(
+                anthropic)
 
     return errors
 

@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from aiohttp import web
@@ -45,6 +45,7 @@ from aioengine.server.responses import (
     ChatFormat,
     ChoiceState,
     CompletionFormat,
+    Json,
     Logprobs,
     TokenText,
     usage,
@@ -65,6 +66,21 @@ _ABORT_WRITE_TIMEOUT = 5.0  # after an abort at shutdown: time left to write the
 
 class GenerationFailed(Exception):
     """A choice finished with ``finish_reason="error"``; the message is the engine's."""
+
+
+class Renderer(Protocol):
+    """Another API's reply over the chat pipeline: one choice's whole body, or its stream."""
+
+    def full(self, states: list[ChoiceState]) -> Json: ...
+
+    async def stream(self, request: web.Request, events: AsyncIterator[tuple[int, Any]],
+                     states: list[ChoiceState], headers: dict[str, str]
+                     ) -> tuple[web.StreamResponse, str]:
+        """Write the stream; returns the response and the outcome (as ``_stream``)."""
+        ...
+
+
+MakeRenderer = Callable[[ChatFormat], Renderer]
 
 
 class GenerateHandlers:
@@ -118,13 +134,24 @@ class GenerateHandlers:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         try:
             req, ignored = self._chat_decoder.decode(await read_body(request, self._limit))
+        except ApiError:
+            self._metrics.count("chat", "rejected")
+            raise
+        return await self.serve_chat(request, "chat", req, ignored_header(ignored))
+
+    async def serve_chat(self, request: web.Request, endpoint: str, req: ChatCompletionRequest,
+                         headers: dict[str, str], render: MakeRenderer | None = None
+                         ) -> web.StreamResponse:
+        """Check and run a chat request: the chat route's, or another API's translated into
+        it; ``render`` (None: chat completions' own) writes the reply in that API's shape."""
+        try:
             self.check_model(req.model)
             check_messages(req.messages)
             params = chat_params(req, self._default_max_tokens)
             params = with_structured_fields(params, req, self._tokenizer.vocab_size)
             plan, params = plan_tools(req, params, self._tool_call_parser)
         except ApiError:
-            self._metrics.count("chat", "rejected")
+            self._metrics.count(endpoint, "rejected")
             raise
         messages, extra = chat_inputs(req.messages, plan.tools if plan else None,
                                       self._tokenizer, may_call=plan is None or plan.parses)
@@ -134,8 +161,8 @@ class GenerateHandlers:
 
         fmt = (ChatFormat(self._model, self._token_text, self._token_bytes) if plan is None
                else ToolChatFormat(self._model, self._token_text, self._token_bytes, plan))
-        return await self._run(request, "chat", req, start, fmt, params.logprobs is not None,
-                               headers=ignored_header(ignored))
+        return await self._run(request, endpoint, req, start, fmt, params.logprobs is not None,
+                               headers=headers, render=render(fmt) if render else None)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -187,9 +214,10 @@ class GenerateHandlers:
                    req: ChatCompletionRequest | CompletionRequest,
                    start: Callable[[int], AsyncIterator[Any]], fmt: ChatFormat | CompletionFormat,
                    want_logprobs: bool, *, choices: int | None = None,
-                   headers: dict[str, str] | None = None) -> web.StreamResponse:
+                   headers: dict[str, str] | None = None,
+                   render: Renderer | None = None) -> web.StreamResponse:
         """``choices``: how many (``req.n`` unless a batch of prompts); ``headers``: extra
-        response headers."""
+        response headers; ``render``: another API's reply shape (None: ``fmt``'s)."""
         choices = choices or req.n
         runner = ChoiceRunner(start, choices)
         deadline = Deadline.of(self._request_timeout, req.timeout)
@@ -210,7 +238,7 @@ class GenerateHandlers:
                 except ValueError as e:
                     outcome = "rejected"
                     err = from_value_error(e)
-                    if endpoint == "chat" and err.param == "prompt":
+                    if endpoint != "completions" and err.param == "prompt":
                         err.param = "messages"  # the prompt the template made of them
                     raise err from e
                 except EngineDeadError as e:
@@ -221,6 +249,9 @@ class GenerateHandlers:
                     raise ApiError(503, str(e), code="overloaded",
                                    headers={"Retry-After": RETRY_AFTER_S}) from e
                 events = deadline.bound(_tracked(runner.events(), last))
+                if req.stream and render is not None:
+                    resp, outcome = await render.stream(request, events, states, headers or {})
+                    return resp
                 if req.stream:
                     resp, outcome = await _stream(request, events, states, fmt,
                                                   want_logprobs, req.include_usage,
@@ -238,7 +269,8 @@ class GenerateHandlers:
                 except RequestTimedOut as e:
                     outcome = "timeout"
                     raise timed_out(e) from e
-                return web.Response(body=msgspec.json.encode(fmt.full(states)),
+                body = render.full(states) if render is not None else fmt.full(states)
+                return web.Response(body=msgspec.json.encode(body),
                                     content_type="application/json", headers=headers)
             except asyncio.CancelledError:
                 if watch.gone:

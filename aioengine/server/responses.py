@@ -30,7 +30,7 @@ class ChoiceState:
     """One choice of a request: what was sent so far and how it ended."""
 
     __slots__ = ("_spans", "_tokenizer", "cached_tokens", "counts_prompt", "finish_reason",
-                 "index", "logprobs", "prompt_tokens", "text", "token_count")
+                 "index", "logprobs", "prompt_tokens", "stop_reason", "text", "token_count")
 
     def __init__(self, index: int, tokenizer: Any = None, *, counts_prompt: bool = True) -> None:
         """``tokenizer``: the client's, when logprobs are wanted (None: they are not);
@@ -42,6 +42,7 @@ class ChoiceState:
         self.token_count = 0
         self.logprobs: Logprobs = []
         self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None  # the stop string or token that ended it
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self._tokenizer = tokenizer
@@ -60,6 +61,7 @@ class ChoiceState:
         self.cached_tokens = out.num_cached_tokens or 0
         if out.finished:
             self.finish_reason = out.finish_reason
+            self.stop_reason = out.stop_reason
         new_lp: Logprobs = []
         if self._tokenizer is not None and out.logprobs is not None:
             if self._spans is None:
