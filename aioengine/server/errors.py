@@ -25,7 +25,8 @@ _TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_
           503: "service_unavailable_error", 504: "timeout_error"}
 # Anthropic's error types by status (its docs' "HTTP errors" table); anything else api_error.
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                    403: "permission_error", 404: "not_found_error", 408: "timeout_error",
+                    403: "permission_error", 404: "not_found_error",
+                    405: "invalid_request_error", 408: "timeout_error",
                     413: "request_too_large", 415: "invalid_request_error",
                     429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
 ANTHROPIC_PATHS = ("/v1/messages", "/v1/messages/count_tokens")
@@ -52,8 +53,12 @@ class ApiError(Exception):
                           "code": self.code}}
 
     def anthropic_body(self) -> dict[str, object]:
+        """Anthropic's shape has no ``param``: the message names the field instead."""
+        message = self.message
+        if self.param and self.param not in message:
+            message = f"{self.param}: {message}"
         return {"type": "error", "error": {
-            "type": _ANTHROPIC_TYPES.get(self.status, "api_error"), "message": self.message}}
+            "type": _ANTHROPIC_TYPES.get(self.status, "api_error"), "message": message}}
 
     def response(self, anthropic: bool = False) -> web.Response:
         body = self.anthropic_body() if anthropic else self.body()

@@ -9,13 +9,17 @@ from typing import Any
 import msgspec
 
 from aioengine import __version__
+from aioengine.server.anthropic.protocol import CountTokensRequest, MessagesRequest
 from aioengine.server.protocol import ChatCompletionRequest, CompletionRequest
 from aioengine.server.tokenize_routes import DetokenizeRequest, TokenizeRequest
 
 _POSTS = {"/v1/chat/completions": (ChatCompletionRequest, "Chat completion"),
           "/v1/completions": (CompletionRequest, "Text completion"),
           "/tokenize": (TokenizeRequest, "Tokenize a prompt or messages"),
-          "/detokenize": (DetokenizeRequest, "Token ids back to text")}
+          "/detokenize": (DetokenizeRequest, "Token ids back to text"),
+          "/v1/messages": (MessagesRequest, "Anthropic Messages API (errors in its shape)"),
+          "/v1/messages/count_tokens": (CountTokensRequest,
+                                        "Anthropic Messages API: count a prompt's tokens")}
 _GETS = {"/v1/models": "The served model", "/v1/models/{model}": "One model's card",
          "/version": "The server's version", "/health": "200 while the engine answers",
          "/metrics": "Prometheus text exposition"}
@@ -51,8 +55,10 @@ def openapi_document(api_keys: bool) -> dict[str, Any]:
         "info": {"title": "aioengine OpenAI-compatible API", "version": __version__},
         "paths": paths, "components": {"schemas": components}}
     if api_keys:
-        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
-        doc["security"] = [{"bearer": []}]
+        doc["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "x-api-key": {"type": "apiKey", "in": "header", "name": "x-api-key"}}
+        doc["security"] = [{"bearer": []}, {"x-api-key": []}]
     return doc
 
 

@@ -1,7 +1,8 @@
 """Property-based fuzzing of every endpoint described by the server's own ``/openapi.json``
 (schemathesis), against a real ``python -m aioengine.serve`` process on the tiny model: valid
 and invalid bodies, path parameters and headers. Nothing may answer 5xx; every 4xx is an
-OpenAI-shaped error; the engine is alive afterwards.
+error in the route's shape (OpenAI's; Anthropic's on /v1/messages); the engine is alive
+afterwards.
 
 Bounded so it runs in CI in well under a minute: 30 examples per operation and mode,
 derandomized, a per-example deadline, no example database. For a longer random hunt:
@@ -35,10 +36,21 @@ def server():
         assert srv.terminate() == 0
 
 
+def _anthropic(path: str) -> bool:
+    return path.startswith("/v1/messages")
+
+
+def _error_code(path: str, response: requests.Response) -> str:
+    """OpenAI's ``error.code``; Anthropic's errors have only a type."""
+    error = response.json()["error"]
+    return error["type"] if _anthropic(path) else error["code"]
+
+
 def _check_response(case, response: requests.Response) -> None:
     where = f"{case.method} {case.formatted_path} body={case.body!r:.300}"
     # 504 'timeout' is the answer a request's own (fuzzed, tiny) 'timeout' asks for.
-    timed_out = response.status_code == 504 and response.json()["error"]["code"] == "timeout"
+    timed_out = response.status_code == 504 and _error_code(case.path, response) in (
+        "timeout", "timeout_error")
     assert response.status_code < 500 or timed_out, \
         f"{where}: {response.status_code} {response.text[:500]}"
     if response.status_code >= 400 and response.status_code != 405:  # 4xx and that 504
@@ -47,7 +59,10 @@ def _check_response(case, response: requests.Response) -> None:
         error = body["error"]
         assert isinstance(error["message"], str) and error["message"], (where, body)
         assert isinstance(error["type"], str), (where, body)
-        assert "code" in error, (where, body)
+        if _anthropic(case.path):
+            assert body["type"] == "error" and set(body) == {"type", "error"}, (where, body)
+        else:
+            assert "code" in error, (where, body)
 
 
 def _with_messages(case):
@@ -74,8 +89,9 @@ def test_every_endpoint_survives_fuzzing(server, mode):
     # Generated messages rarely pass the conversation checks (a lone 'tool' message is the
     # first thing hypothesis tries): also fuzz every other field around a valid conversation,
     # so sampling parameters reach the engine.
-    chat = next(op for op in operations if op.path == "/v1/chat/completions")
-    strategies.append(chat.as_strategy(generation_mode=generation_mode).map(_with_messages))
+    for path in ("/v1/chat/completions", "/v1/messages"):
+        op = next(op for op in operations if op.path == path)
+        strategies.append(op.as_strategy(generation_mode=generation_mode).map(_with_messages))
     strategy = st.one_of(strategies)
 
     @settings(max_examples=EXAMPLES * len(operations), deadline=timedelta(seconds=30),
@@ -100,7 +116,7 @@ def test_every_endpoint_survives_fuzzing(server, mode):
     # bodies got past the HTTP layer into the handlers.
     assert {(m, p) for m, p, _ in seen} == (paths if mode == "positive"
                                             else {(m, p) for m, p in paths if m == "POST"})
-    for path in ("/v1/chat/completions", "/v1/completions"):
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
         assert seen[("POST", path, 400)] > 0, seen
         if mode == "positive":
             assert any(s == 200 and p == path for _, p, s in seen), seen
@@ -156,7 +172,7 @@ def test_fuzz_with_api_keys_every_route_needs_one():
         key = {"Authorization": "Bearer sekrit"}
         assert requests.get(f"{srv.url}/openapi.json", timeout=10).status_code == 401
         doc = requests.get(f"{srv.url}/openapi.json", headers=key, timeout=10).json()
-        assert doc["security"] == [{"bearer": []}]
+        assert doc["security"] == [{"bearer": []}, {"x-api-key": []}]
         operations = [r.ok() for r in schemathesis.openapi.from_dict(doc).get_all_operations()]
         session = requests.Session()
         strategy = st.one_of([op.as_strategy() for op in operations])
@@ -172,7 +188,7 @@ def test_fuzz_with_api_keys_every_route_needs_one():
                 response = case.call(base_url=srv.url, session=session, timeout=30)
                 _check_response(case, response)
                 if headers is not key:
-                    code = (response.json()["error"]["code"] if response.status_code >= 400
+                    code = (_error_code(case.path, response) if response.status_code >= 400
                             else None)
                     statuses[(case.path, response.status_code, code)] += 1
 
@@ -181,5 +197,6 @@ def test_fuzz_with_api_keys_every_route_needs_one():
             if path in ("/health", "/metrics"):
                 assert status == 200
             else:
-                assert (status, code) == (401, "invalid_api_key"), (path, status, code)
+                want = "authentication_error" if _anthropic(path) else "invalid_api_key"
+                assert (status, code) == (401, want), (path, status, code)
         assert srv.terminate() == 0
