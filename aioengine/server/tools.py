@@ -46,6 +46,7 @@ from aioengine.server.tool_schemas import call_schema
 from aioengine.structured import GrammarError, check_spec, closed_objects
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_LENIENT = {"lenient": True}  # llguidance: skip keywords it does not implement
 
 
 @dataclass
@@ -134,6 +135,12 @@ def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
     assert req.tools
     schemas: dict[str, Json] = {}
     tools: list[Json] = []
+    choice = req.tool_choice if req.tool_choice is not None else "auto"
+    # Only the schemas a call grammar is built from must compile strictly; the others only go
+    # into the prompt, so a keyword the grammar lacks (Claude Code's tools use propertyNames)
+    # is skipped in their check (llguidance's lenient mode), a malformed schema still is not.
+    in_grammar = (choice.function.name if isinstance(choice, NamedToolChoice)
+                  else None if choice == "required" else "")
     for i, tool in enumerate(req.tools):
         fn = tool.function
         if not _NAME.fullmatch(fn.name):
@@ -145,15 +152,16 @@ def _new_plan(req: ChatCompletionRequest, parser_name: str) -> ToolPlan:
                            "be unique", param=f"tools[{i}].function.name",
                            code="invalid_parameter")
         schema = fn.parameters if fn.parameters is not None else NO_ARGUMENTS
+        strict = in_grammar is None or in_grammar == fn.name
         try:
-            check_spec(StructuredOutputs(json=schema))
+            check_spec(StructuredOutputs(json=schema if strict or not isinstance(schema, dict)
+                                         else {**schema, "x-guidance": _LENIENT}))
         except (GrammarError, ValueError) as e:
             raise ApiError(400, f"tools[{i}].function.parameters is not a usable JSON schema: "
                            f"{e}", param=f"tools[{i}].function.parameters",
                            code="invalid_parameter") from e
         schemas[fn.name] = closed_objects(schema)
         tools.append({"type": "function", "function": function_dict(fn)})
-    choice = req.tool_choice if req.tool_choice is not None else "auto"
     plan = ToolPlan(mode="auto", tools=tools, schemas=schemas, parser_name=parser_name,
                     parallel=req.parallel_tool_calls is not False)
     if isinstance(choice, NamedToolChoice):
