@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -73,10 +73,12 @@ class Renderer(Protocol):
 
     def full(self, states: list[ChoiceState]) -> Json: ...
 
-    async def stream(self, request: web.Request, events: AsyncIterator[tuple[int, Any]],
+    async def stream(self, request: web.Request, started: Awaitable[None],
+                     events: Callable[[], AsyncIterator[tuple[int, Any]]],
                      states: list[ChoiceState], headers: dict[str, str]
                      ) -> tuple[web.StreamResponse, str]:
-        """Write the stream; returns the response and the outcome (as ``_stream``)."""
+        """Await ``started`` (``Refused`` before the stream opened propagates: an HTTP error),
+        then write ``events()``; returns the response and the outcome (as ``_stream``)."""
         ...
 
 
@@ -230,28 +232,16 @@ class GenerateHandlers:
         self._idle.clear()
         with self._watcher.watch(request) as watch:
             try:
-                try:
-                    await deadline.run(runner.start())
-                except RequestTimedOut as e:
-                    outcome = "timeout"
-                    raise timed_out(e) from e
-                except ValueError as e:
-                    outcome = "rejected"
-                    err = from_value_error(e)
-                    if endpoint != "completions" and err.param == "prompt":
-                        err.param = "messages"  # the prompt the template made of them
-                    raise err from e
-                except EngineDeadError as e:
-                    outcome = "engine_dead"
-                    raise engine_dead(e) from e
-                except EngineOverloadedError as e:
-                    outcome = "overloaded"
-                    raise ApiError(503, str(e), code="overloaded",
-                                   headers={"Retry-After": RETRY_AFTER_S}) from e
-                events = deadline.bound(_tracked(runner.events(), last))
+                started = _started(runner, deadline, endpoint)
                 if req.stream and render is not None:
-                    resp, outcome = await render.stream(request, events, states, headers or {})
+                    # The renderer awaits the start itself: it may open its stream (and keep
+                    # it alive) while a long prompt is prefilled.
+                    resp, outcome = await render.stream(
+                        request, started, lambda: deadline.bound(_tracked(runner.events(), last)),
+                        states, headers or {})
                     return resp
+                await started
+                events = deadline.bound(_tracked(runner.events(), last))
                 if req.stream:
                     resp, outcome = await _stream(request, events, states, fmt,
                                                   want_logprobs, req.include_usage,
@@ -272,6 +262,9 @@ class GenerateHandlers:
                 body = render.full(states) if render is not None else fmt.full(states)
                 return web.Response(body=msgspec.json.encode(body),
                                     content_type="application/json", headers=headers)
+            except Refused as e:
+                outcome = e.outcome
+                raise e.error from e.__cause__
             except asyncio.CancelledError:
                 if watch.gone:
                     outcome = "disconnected"
@@ -293,6 +286,34 @@ class GenerateHandlers:
                 self._metrics.inter_token(gap)
             if m.e2e_latency is not None:
                 self._metrics.finished(m.e2e_latency)
+
+
+class Refused(Exception):
+    """The engine or the client refused to start a request: ``error`` is the HTTP answer,
+    ``outcome`` the metrics' label."""
+
+    def __init__(self, outcome: str, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.outcome = outcome
+        self.error = error
+
+
+async def _started(runner: ChoiceRunner, deadline: Deadline, endpoint: str) -> None:
+    """Start the choices and wait for the first output; ``Refused`` if they cannot start."""
+    try:
+        await deadline.run(runner.start())
+    except RequestTimedOut as e:
+        raise Refused("timeout", timed_out(e)) from e
+    except ValueError as e:
+        err = from_value_error(e)
+        if endpoint != "completions" and err.param == "prompt":
+            err.param = "messages"  # the prompt the template made of them
+        raise Refused("rejected", err) from e
+    except EngineDeadError as e:
+        raise Refused("engine_dead", engine_dead(e)) from e
+    except EngineOverloadedError as e:
+        raise Refused("overloaded", ApiError(503, str(e), code="overloaded",
+                                             headers={"Retry-After": RETRY_AFTER_S})) from e
 
 
 async def _tracked(events: AsyncIterator[tuple[int, Any]],

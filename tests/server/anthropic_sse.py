@@ -16,7 +16,11 @@ def read_events(resp: requests.Response) -> list[dict[str, Any]]:
     whose JSON ``type`` is the event's name."""
     assert resp.status_code == 200, resp.text
     assert resp.headers["Content-Type"].startswith("text/event-stream")
-    raw = resp.content.decode()
+    return parse_events(resp.content.decode())
+
+
+def parse_events(raw: str) -> list[dict[str, Any]]:
+    """``read_events`` of a stream's whole text."""
     frames = raw.split("\n\n")
     assert frames[-1] == "", repr(raw[-200:])
     out = []

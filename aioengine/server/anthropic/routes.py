@@ -11,6 +11,7 @@ top-level fields; the ``anthropic-beta`` header's betas in ``x-aioengine-ignored
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -47,9 +48,12 @@ class _Reply:
     def full(self, states: list[ChoiceState]) -> Json:
         return full_message(self._fmt, states[0], self._stops)
 
-    async def stream(self, request: web.Request, events: Any, states: list[ChoiceState],
-                     headers: dict[str, str]) -> tuple[web.StreamResponse, str]:
-        return await write_stream(request, self._fmt, events, states[0], self._stops, headers)
+    async def stream(self, request: web.Request, started: Awaitable[None],
+                     events: Callable[[], AsyncIterator[tuple[int, Any]]],
+                     states: list[ChoiceState], headers: dict[str, str]
+                     ) -> tuple[web.StreamResponse, str]:
+        return await write_stream(request, self._fmt, started, events, states[0], self._stops,
+                                  headers)
 
 
 class MessagesRoutes:

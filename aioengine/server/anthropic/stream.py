@@ -6,14 +6,15 @@
 
 Text arrives as ``text_delta``s of a ``text`` block; each tool call opens a ``tool_use`` block
 whose input arrives as ``input_json_delta``s. A failure mid-stream is an ``error`` event.
-While no output comes for ``PING_INTERVAL`` seconds a ``ping`` keeps the connection alive.
+While no output comes for ``PING_INTERVAL`` seconds (a long prompt's prefill, before the first
+token; a slow step later) a ``ping`` keeps the connection alive.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -30,7 +31,7 @@ from aioengine.server.anthropic.reply import (
 from aioengine.server.choices import ABORTED
 from aioengine.server.deadline import RequestTimedOut, timed_out
 from aioengine.server.errors import ApiError, engine_dead, first_line
-from aioengine.server.generate import GenerationFailed
+from aioengine.server.generate import GenerationFailed, Refused
 from aioengine.server.responses import ChoiceState, Json
 
 PING_INTERVAL = 10.0  # seconds without output before a ping
@@ -66,13 +67,13 @@ class EventWriter:
     """Writes one reply's events; keeps which content block is open."""
 
     def __init__(self, resp: web.StreamResponse, model: str) -> None:
-        self._resp = resp
+        self.resp = resp
         self._model = model
         self._index = -1
         self._open: str | None = None  # "text" | "tool_use"
 
     async def send(self, event: Json) -> None:
-        await self._resp.write(b"event: " + event["type"].encode() + b"\ndata: "
+        await self.resp.write(b"event: " + event["type"].encode() + b"\ndata: "
                                + msgspec.json.encode(event) + b"\n\n")
 
     async def start(self, state: ChoiceState) -> None:
@@ -116,17 +117,54 @@ class EventWriter:
         await self.send({"type": "message_stop"})
 
 
-async def write_stream(request: web.Request, fmt: Any, events: AsyncIterator[tuple[int, Any]],
-                       state: ChoiceState, stop_sequences: list[str], headers: dict[str, str],
+async def write_stream(request: web.Request, fmt: Any, started: Awaitable[None],
+                       events: Callable[[], AsyncIterator[tuple[int, Any]]], state: ChoiceState,
+                       stop_sequences: list[str], headers: dict[str, str],
                        ping_interval: float = PING_INTERVAL) -> tuple[web.StreamResponse, str]:
-    """Write one choice's stream from ``fmt``'s deltas; returns the response and the outcome."""
+    """Await ``started``, then write one choice's stream from ``fmt``'s deltas; returns the
+    response and the outcome. A start that fails within ``ping_interval`` (a prompt too long,
+    an overloaded engine) propagates: an HTTP error. A start still waiting then (a long
+    prefill) opens the stream: ``message_start`` (its usage not known yet), then a ``ping``
+    each interval; a failure after that is an ``error`` event."""
+    waiting = asyncio.ensure_future(started)
+    out: EventWriter | None = None
+    try:
+        while not (await asyncio.wait({waiting}, timeout=ping_interval))[0]:
+            if out is None:
+                out = await _open(request, fmt, headers)
+                await out.start(state)
+            else:
+                await out.send({"type": "ping"})
+        waiting.result()
+    except Refused as e:
+        if out is None:
+            raise
+        await out.send(e.error.anthropic_body())
+        await out.resp.write_eof()
+        return out.resp, e.outcome
+    except ConnectionResetError:
+        assert out is not None
+        return out.resp, "disconnected"
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+    opened = out is not None
+    out = out or await _open(request, fmt, headers)
+    return await _write(out, fmt, events(), state, stop_sequences, ping_interval, opened)
+
+
+async def _open(request: web.Request, fmt: Any, headers: dict[str, str]) -> EventWriter:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
                                        "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
                                        **headers})
     await resp.prepare(request)
-    out = EventWriter(resp, fmt.model)
+    return EventWriter(resp, fmt.model)
+
+
+async def _write(out: EventWriter, fmt: Any, events: AsyncIterator[tuple[int, Any]],
+                 state: ChoiceState, stop_sequences: list[str], ping_interval: float,
+                 started: bool) -> tuple[web.StreamResponse, str]:
     outcome = "error"
-    started = False
     finish: str | None = None
     try:
         try:
@@ -160,7 +198,7 @@ async def write_stream(request: web.Request, fmt: Any, events: AsyncIterator[tup
         except RequestTimedOut as e:
             outcome = "timeout"
             await out.send(timed_out(e).anthropic_body())
-        await resp.write_eof()
+        await out.resp.write_eof()
     except ConnectionResetError:  # the client went away mid-stream: the caller aborts
-        return resp, "disconnected"
-    return resp, outcome
+        return out.resp, "disconnected"
+    return out.resp, outcome
