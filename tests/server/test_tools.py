@@ -326,3 +326,28 @@ async def test_malformed_tool_requests_are_400(oai: Any, extra: dict, messages: 
 async def oai(server: Any) -> AsyncIterator[Any]:
     async with openai_client(server) as client:
         yield client
+
+
+# A valid schema with a keyword the grammar lacks (Claude Code's tools send propertyNames).
+KEYED = {"type": "object", "properties": {"env": {
+    "type": "object", "propertyNames": {"pattern": "^[A-Z_]+$"},
+    "additionalProperties": {"type": "string", "maxLength": 4}}}}
+
+
+async def test_a_schema_the_grammar_lacks_a_keyword_of_is_refused_only_in_a_grammar(
+        oai: Any) -> None:
+    """Such a tool only shown to the model (``auto``, or beside the named one) is fine; one a
+    call grammar is built from is a 400 naming it, as any schema that does not compile."""
+    import openai
+
+    tools = [_tool("run", KEYED), TOOLS[0]]
+    for choice in ("auto", {"type": "function", "function": {"name": "get_weather"}}):
+        r = await oai.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4,
+                                              tools=tools, tool_choice=choice)
+        assert r.choices[0].finish_reason is not None
+    for choice in ("required", {"type": "function", "function": {"name": "run"}}):
+        with pytest.raises(openai.BadRequestError) as err:
+            await oai.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4,
+                                              tools=tools, tool_choice=choice)
+        assert "propertyNames" in err.value.body["message"], err.value.body
+        assert err.value.body["param"] == "tools[0].function.parameters"
