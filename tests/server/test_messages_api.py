@@ -176,6 +176,12 @@ def test_ignored_fields_and_betas_are_named_in_headers(server):
     assert set(ignored) == {"some_future_field", "metadata", "thinking", "context_management",
                             "output_config"}
     assert "fancy-beta" in resp.headers["x-aioengine-ignored-betas"]
+    hinted = [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {
+        "type": "ephemeral", "ttl": "1h"}}]}]
+    hint = post(server, {"model": "tiny", "max_tokens": 2, "messages": hinted})
+    assert hint.headers["x-aioengine-ignored-fields"] == "cache_control"
+    plain = post(server, {"model": "tiny", "max_tokens": 2, "messages": USER})
+    assert "x-aioengine-ignored-fields" not in plain.headers
     for thinking in ({"type": "adaptive"}, {"type": "disabled"}):
         assert post(server, {**body, "thinking": thinking}).status_code == 200
 

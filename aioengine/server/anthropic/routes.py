@@ -4,8 +4,9 @@ route's pipeline, and answer in the Messages API's shape (``reply``, ``stream``)
 Anthropic's shape (``errors.ANTHROPIC_PATHS``).
 
 Accepted and ignored, and named in the ``x-aioengine-ignored-fields`` response header: the
-fields of ``protocol.IGNORED_FIELDS``, ``thinking`` (no reasoning parser yet) and unknown
-top-level fields; the ``anthropic-beta`` header's betas in ``x-aioengine-ignored-betas``.
+fields of ``protocol.IGNORED_FIELDS``, ``thinking`` (no reasoning parser yet), ``cache_control``
+(on any block or tool: the prefix cache needs no hints) and unknown top-level fields; the
+``anthropic-beta`` header's betas in ``x-aioengine-ignored-betas``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aioengine.server.anthropic.protocol import (
     IGNORED_FIELDS,
     CountTokensRequest,
     MessagesRequest,
+    ToolResultBlock,
 )
 from aioengine.server.anthropic.reply import full_message
 from aioengine.server.anthropic.stream import write_stream
@@ -54,6 +56,19 @@ class _Reply:
                      ) -> tuple[web.StreamResponse, str]:
         return await write_stream(request, self._fmt, started, events, states[0], self._stops,
                                   headers)
+
+
+def _cache_control(req: CountTokensRequest) -> bool:
+    """Whether any block or tool carries ``cache_control`` (a prompt-caching hint)."""
+    blocks: list[Any] = list(req.tools or [])
+    if isinstance(req.system, list):
+        blocks += req.system
+    for m in req.messages:
+        if isinstance(m.content, list):
+            blocks += m.content
+            blocks += [c for b in m.content if isinstance(b, ToolResultBlock)
+                       and isinstance(b.content, list) for c in b.content]
+    return any(b.cache_control is not None for b in blocks)
 
 
 class MessagesRoutes:
@@ -118,6 +133,8 @@ class MessagesRoutes:
         ignored += [f for f in IGNORED_FIELDS if getattr(req, f, None) is not None]
         if req.thinking is not None:
             ignored.append("thinking")
+        if _cache_control(req):
+            ignored.append("cache_control")
         headers = ignored_header(ignored)
         betas = request.headers.get("anthropic-beta", "").strip()
         if betas:
