@@ -6,21 +6,18 @@
 
 Text arrives as ``text_delta``s of a ``text`` block; each tool call opens a ``tool_use`` block
 whose input arrives as ``input_json_delta``s. A failure mid-stream is an ``error`` event.
-While no output comes for ``PING_INTERVAL`` seconds (a long prompt's prefill, before the first
-token; a slow step later) a ``ping`` keeps the connection alive.
+While no output comes for ``event_stream.PING_INTERVAL`` seconds (a long prompt's prefill,
+before the first token; a slow step later) a ``ping`` keeps the connection alive.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from aioengine import EngineDeadError
 from aioengine.server.anthropic.reply import (
     message,
     message_id,
@@ -28,47 +25,19 @@ from aioengine.server.anthropic.reply import (
     tool_use_id,
     usage,
 )
-from aioengine.server.choices import ABORTED
-from aioengine.server.deadline import RequestTimedOut, timed_out
-from aioengine.server.errors import ApiError, engine_dead, first_line
-from aioengine.server.generate import GenerationFailed, Refused
+from aioengine.server.errors import ApiError
+from aioengine.server.event_stream import PING_INTERVAL, open_sse
+from aioengine.server.event_stream import write_stream as write_events
 from aioengine.server.responses import ChoiceState, Json
-
-PING_INTERVAL = 10.0  # seconds without output before a ping
-_PING = object()
-
-
-async def with_pings(events: AsyncIterator[Any], interval: float) -> AsyncIterator[Any]:
-    """``events``, with ``_PING`` after each ``interval`` seconds that brought none. The
-    pending step is never cancelled by a tick (that would close ``events``)."""
-    step: asyncio.Future[Any] | None = None
-    try:
-        while True:
-            if step is None:
-                step = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({step}, timeout=interval)
-            if not done:
-                yield _PING
-                continue
-            try:
-                item = step.result()
-            except StopAsyncIteration:
-                return
-            step = None
-            yield item
-    finally:
-        if step is not None and not step.done():
-            step.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await step
 
 
 class EventWriter:
     """Writes one reply's events; keeps which content block is open."""
 
-    def __init__(self, resp: web.StreamResponse, model: str) -> None:
+    def __init__(self, resp: web.StreamResponse, model: str, stop_sequences: list[str]) -> None:
         self.resp = resp
         self._model = model
+        self._stops = stop_sequences
         self._index = -1
         self._open: str | None = None  # "text" | "tool_use"
 
@@ -109,7 +78,14 @@ class EventWriter:
                 await self.send({"type": "content_block_delta", "index": self._index,
                                  "delta": {"type": "input_json_delta", "partial_json": args}})
 
-    async def finish(self, state: ChoiceState, stop: tuple[str, str | None]) -> None:
+    async def ping(self) -> None:
+        await self.send({"type": "ping"})
+
+    async def error(self, err: ApiError) -> None:
+        await self.send(err.anthropic_body())
+
+    async def finish(self, state: ChoiceState, finish_reason: str | None) -> None:
+        stop = stop_reason(state, finish_reason, self._stops)
         await self.close_block()
         await self.send({"type": "message_delta",
                          "delta": {"stop_reason": stop[0], "stop_sequence": stop[1]},
@@ -121,84 +97,10 @@ async def write_stream(request: web.Request, fmt: Any, started: Awaitable[None],
                        events: Callable[[], AsyncIterator[tuple[int, Any]]], state: ChoiceState,
                        stop_sequences: list[str], headers: dict[str, str],
                        ping_interval: float = PING_INTERVAL) -> tuple[web.StreamResponse, str]:
-    """Await ``started``, then write one choice's stream from ``fmt``'s deltas; returns the
-    response and the outcome. A start that fails within ``ping_interval`` (a prompt too long,
-    an overloaded engine) propagates: an HTTP error. A start still waiting then (a long
-    prefill) opens the stream: ``message_start`` (its usage not known yet), then a ``ping``
-    each interval; a failure after that is an ``error`` event."""
-    waiting = asyncio.ensure_future(started)
-    out: EventWriter | None = None
-    try:
-        while not (await asyncio.wait({waiting}, timeout=ping_interval))[0]:
-            if out is None:
-                out = await _open(request, fmt, headers)
-                await out.start(state)
-            else:
-                await out.send({"type": "ping"})
-        waiting.result()
-    except Refused as e:
-        if out is None:
-            raise
-        await out.send(e.error.anthropic_body())
-        await out.resp.write_eof()
-        return out.resp, e.outcome
-    except ConnectionResetError:
-        assert out is not None
-        return out.resp, "disconnected"
-    finally:
-        if not waiting.done():
-            waiting.cancel()
-    opened = out is not None
-    out = out or await _open(request, fmt, headers)
-    return await _write(out, fmt, events(), state, stop_sequences, ping_interval, opened)
+    """Await ``started``, then write one choice's stream from ``fmt``'s deltas
+    (``event_stream.write_stream``); returns the response and the outcome."""
 
+    async def open_writer() -> EventWriter:
+        return EventWriter(await open_sse(request, headers), fmt.model, stop_sequences)
 
-async def _open(request: web.Request, fmt: Any, headers: dict[str, str]) -> EventWriter:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
-                                       "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-                                       **headers})
-    await resp.prepare(request)
-    return EventWriter(resp, fmt.model)
-
-
-async def _write(out: EventWriter, fmt: Any, events: AsyncIterator[tuple[int, Any]],
-                 state: ChoiceState, stop_sequences: list[str], ping_interval: float,
-                 started: bool) -> tuple[web.StreamResponse, str]:
-    outcome = "error"
-    finish: str | None = None
-    try:
-        try:
-            async for item in with_pings(events, ping_interval):
-                if item is _PING:
-                    await out.send({"type": "ping"})
-                    continue
-                _, output = item
-                if output is ABORTED:
-                    if not state.abort():
-                        continue
-                    text = ""
-                else:
-                    text, _ = state.update(output)
-                if not started:
-                    await out.start(state)
-                    started = True
-                for choice in fmt.delta_choices(0, text, None, state.finish_reason):
-                    await out.delta(choice["delta"])
-                    finish = choice["finish_reason"] or finish
-            if not started:
-                await out.start(state)
-            await out.finish(state, stop_reason(state, finish, stop_sequences))
-            outcome = state.finish_reason or "abort"
-        except EngineDeadError as e:
-            outcome = "engine_dead"
-            await out.send(engine_dead(e).anthropic_body())
-        except GenerationFailed as e:
-            await out.send(ApiError(500, f"generation failed in the engine: {first_line(e)}",
-                                    code="generation_error").anthropic_body())
-        except RequestTimedOut as e:
-            outcome = "timeout"
-            await out.send(timed_out(e).anthropic_body())
-        await out.resp.write_eof()
-    except ConnectionResetError:  # the client went away mid-stream: the caller aborts
-        return out.resp, "disconnected"
-    return out.resp, outcome
+    return await write_events(request, open_writer, fmt, started, events, state, ping_interval)
