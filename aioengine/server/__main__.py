@@ -148,11 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
 _SETTINGS_FLAGS = ("model_name", "max_request_bytes", "default_max_tokens",
                    "shutdown_grace_period", "request_timeout", "protect_health_and_metrics",
                    "allowed_hosts", "allowed_origins", "allowed_methods", "allowed_headers",
-                   "allow_credentials", "strict_request_fields")
+                   "allow_credentials", "strict_request_fields", "response_store_max_count",
+                   "response_store_max_bytes")
 _SETTINGS_FLAG_NAMES = {"model_name": "--served-model-name",
                         "shutdown_grace_period": "--grace-period"}
 _SETTINGS_METAVARS = {"model_name": "NAME", "request_timeout": "SECONDS",
                       "shutdown_grace_period": "SECONDS", "max_request_bytes": "BYTES",
+                      "response_store_max_count": "N", "response_store_max_bytes": "BYTES",
                       "allowed_hosts": "HOST", "allowed_origins": "ORIGIN",
                       "allowed_methods": "METHOD", "allowed_headers": "HEADER"}
 

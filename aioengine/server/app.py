@@ -29,6 +29,7 @@ from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_mid
 from aioengine.server.generate import GenerateHandlers
 from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
+from aioengine.server.openai_responses.routes import ResponsesRoutes
 from aioengine.server.openapi import openapi_document
 from aioengine.server.responses import TOKEN_CACHE
 from aioengine.server.settings import ServerSettings
@@ -40,6 +41,7 @@ def create_app(client: AsyncMPClient | ClientSlot,
     """The API over an entered ``AsyncMPClient`` (or a ``ClientSlot`` holding one, to swap in
     another client for the same config while it runs). Routes: ``POST /v1/chat/completions``,
     ``POST /v1/completions``, ``POST /v1/messages[/count_tokens]`` (Anthropic's Messages
+    API), ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/{id}`` (OpenAI's Responses
     API), ``GET /v1/models[/{model}]``, ``POST /tokenize``,
     ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
@@ -84,6 +86,10 @@ def create_app(client: AsyncMPClient | ClientSlot,
     MessagesRoutes(client, gen, max_request_bytes=settings.max_request_bytes,
                    tool_call_parser=settings.tool_call_parser,
                    strict_request_fields=settings.strict_request_fields).add_to(app)
+    ResponsesRoutes(client, gen, model, max_request_bytes=settings.max_request_bytes,
+                    store_max_count=settings.response_store_max_count,
+                    store_max_bytes=settings.response_store_max_bytes,
+                    strict_request_fields=settings.strict_request_fields).add_to(app)
     spec = msgspec.json.encode(openapi_document(bool(settings.api_keys)))
 
     async def openapi(_: web.Request) -> web.Response:
@@ -106,7 +112,8 @@ def create_app(client: AsyncMPClient | ClientSlot,
     return app
 
 
-_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
+_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages",
+                     "/v1/responses")
 
 
 def _restarting_middleware(slot: ClientSlot) -> Any:

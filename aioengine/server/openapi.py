@@ -10,6 +10,7 @@ import msgspec
 
 from aioengine import __version__
 from aioengine.server.anthropic.protocol import CountTokensRequest, MessagesRequest
+from aioengine.server.openai_responses.protocol import ResponsesRequest
 from aioengine.server.protocol import ChatCompletionRequest, CompletionRequest
 from aioengine.server.tokenize_routes import DetokenizeRequest, TokenizeRequest
 
@@ -19,10 +20,13 @@ _POSTS = {"/v1/chat/completions": (ChatCompletionRequest, "Chat completion"),
           "/detokenize": (DetokenizeRequest, "Token ids back to text"),
           "/v1/messages": (MessagesRequest, "Anthropic Messages API (errors in its shape)"),
           "/v1/messages/count_tokens": (CountTokensRequest,
-                                        "Anthropic Messages API: count a prompt's tokens")}
+                                        "Anthropic Messages API: count a prompt's tokens"),
+          "/v1/responses": (ResponsesRequest, "OpenAI Responses API")}
 _GETS = {"/v1/models": "The served model", "/v1/models/{model}": "One model's card",
          "/version": "The server's version", "/health": "200 while the engine answers",
-         "/metrics": "Prometheus text exposition"}
+         "/metrics": "Prometheus text exposition",
+         "/v1/responses/{response_id}": "A stored response (Responses API)"}
+_DELETES = {"/v1/responses/{response_id}": "Delete a stored response (Responses API)"}
 _ERRORS = {"400": "Invalid request", "401": "Missing or wrong API key",
            "404": "Unknown model or route", "413": "Body too large",
            "415": "Not JSON", "503": "Overloaded, or the engine is dead"}
@@ -43,13 +47,16 @@ def openapi_document(api_keys: bool) -> dict[str, Any]:
                             "content": {"application/json": {"schema": schema}}},
             "responses": {"200": {"description": "JSON, or text/event-stream with "
                                                  "\"stream\": true"}, **responses}}}
-    for path, summary in _GETS.items():
-        operation: dict[str, Any] = {"summary": summary, "responses": {"200": {
-            "description": summary}}}
-        if "{model}" in path:
-            operation["parameters"] = [{"name": "model", "in": "path", "required": True,
-                                        "schema": {"type": "string"}}]
-        paths[path] = {"get": operation}
+    for method, ops in (("get", _GETS), ("delete", _DELETES)):
+        for path, summary in ops.items():
+            operation: dict[str, Any] = {"summary": summary, "responses": {"200": {
+                "description": summary}}}
+            if "{" in path:
+                name = path.rsplit("{", 1)[1].rstrip("}")
+                operation["parameters"] = [{"name": name, "in": "path", "required": True,
+                                            "schema": {"type": "string"}}]
+                operation["responses"]["404"] = responses["404"]
+            paths.setdefault(path, {})[method] = operation
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "aioengine OpenAI-compatible API", "version": __version__},

@@ -55,6 +55,13 @@ class ServerSettings:
     strict_request_fields: bool = False
     """Refuse (400) request fields the server does not use; by default they are ignored, logged
     once per name and listed in the ``x-aioengine-ignored-fields`` response header."""
+    response_store_max_count: int = 1000
+    """Responses the Responses API keeps (``store``: true, its default) for
+    ``previous_response_id`` and ``GET /v1/responses/{id}``, in memory; past it the least
+    recently used is evicted (its id is then a 400 ``previous_response_not_found``). 0: none."""
+    response_store_max_bytes: int = 64 << 20
+    """The stored responses' size (their JSON, conversation included) at most; past it the
+    least recently used are evicted, and a response bigger than it alone is not kept."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``);
@@ -76,6 +83,10 @@ class ServerSettings:
             raise ValueError("api_keys must be non-empty strings")
         if self.protect_health_and_metrics and not self.api_keys:
             raise ValueError("protect_health_and_metrics needs api_keys")
+        for name in ("response_store_max_count", "response_store_max_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         get_parser(self.tool_call_parser)  # ValueError naming the known ones
         if not self.shutdown_grace_period >= 0:
             raise ValueError(
