@@ -1,5 +1,6 @@
 """A loopback HTTP proxy, run in a thread, that records what a client sends (path, headers,
-JSON body) and the text a Messages API stream carried back (its ``text_delta``s)."""
+JSON body) and the text a stream carried back (a Messages API stream's ``text_delta``s, a
+Responses API stream's ``response.output_text.delta``s)."""
 
 from __future__ import annotations
 
@@ -79,8 +80,11 @@ class CapturingProxy:
             for line in data.decode().splitlines():
                 if line.startswith("data: "):
                     event = json.loads(line[len("data: "):])
-                    if event.get("delta", {}).get("type") == "text_delta":
-                        self.texts.append(event["delta"]["text"])
+                    delta = event.get("delta")
+                    if isinstance(delta, dict) and delta.get("type") == "text_delta":
+                        self.texts.append(delta["text"])
+                    elif event.get("type") == "response.output_text.delta":
+                        self.texts.append(delta)
         return web.Response(status=up.status, body=data,
                             content_type=up.headers.get("Content-Type", "application/json")
                             .split(";")[0])

