@@ -67,9 +67,13 @@ def _check_response(case, response: requests.Response) -> None:
 
 def _with_messages(case):
     if isinstance(case.body, dict):
-        case.body["messages"] = [{"role": "user", "content": "hi"}]
-        if _anthropic(case.path):  # its model is required: a fuzzed name is a 404
-            case.body["model"] = "tiny"
+        if case.path == "/v1/responses":
+            case.body["input"] = "hi"
+            case.body.pop("previous_response_id", None)  # a fuzzed id is never stored: a 400
+        else:
+            case.body["messages"] = [{"role": "user", "content": "hi"}]
+        if _anthropic(case.path) or case.path == "/v1/responses":
+            case.body["model"] = "tiny"  # a fuzzed name is a 404
     return case
 
 
@@ -89,9 +93,9 @@ def test_every_endpoint_survives_fuzzing(server, mode):
     generation_mode = schemathesis.GenerationMode(mode)
     strategies = [op.as_strategy(generation_mode=generation_mode) for op in operations]
     # Generated messages rarely pass the conversation checks (a lone 'tool' message is the
-    # first thing hypothesis tries): also fuzz every other field around a valid conversation,
-    # so sampling parameters reach the engine.
-    for path in ("/v1/chat/completions", "/v1/messages"):
+    # first thing hypothesis tries): also fuzz every other field around a valid conversation
+    # (a Responses request's input), so sampling parameters reach the engine.
+    for path in ("/v1/chat/completions", "/v1/messages", "/v1/responses"):
         op = next(op for op in operations if op.path == path)
         strategies.append(op.as_strategy(generation_mode=generation_mode).map(_with_messages))
     strategy = st.one_of(strategies)
@@ -118,7 +122,7 @@ def test_every_endpoint_survives_fuzzing(server, mode):
     # bodies got past the HTTP layer into the handlers.
     assert {(m, p) for m, p, _ in seen} == (paths if mode == "positive"
                                             else {(m, p) for m, p in paths if m == "POST"})
-    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"):
         assert seen[("POST", path, 400)] > 0, seen
         if mode == "positive":
             assert any(s == 200 and p == path for _, p, s in seen), seen
