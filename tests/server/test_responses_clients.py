@@ -25,20 +25,10 @@ CODEX = "@openai/codex"
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
-    srv = ServerProcess("--max-model-len", "2048", "--num-kv-blocks", "1024", "--api-key", KEY)
-    try:
+    # No --default-max-tokens: Codex's reply may use all the context left.
+    with ServerProcess("--max-model-len", "2048", "--num-kv-blocks", "1024",
+                       "--api-key", KEY) as srv:
         yield srv
-    finally:
-        assert srv.terminate() == 0
-
-
-@pytest.fixture(scope="module")
-def codex_server() -> Iterator[ServerProcess]:
-    """Without --default-max-tokens: Codex's reply may use all the context left."""
-    srv = ServerProcess("--max-model-len", "2048", "--num-kv-blocks", "1024", "--api-key", KEY)
-    try:
-        yield srv
-    finally:
         assert srv.terminate() == 0
 
 
@@ -132,13 +122,13 @@ def _codex(exe: str, home: Path, server_url: str) -> tuple[subprocess.CompletedP
     return r, proxy
 
 
-def test_codex_exec_answers_with_our_text(codex_server, tmp_path):
+def test_codex_exec_answers_with_our_text(server, tmp_path):
     exe = npm_cli(CODEX, "codex")
     home = tmp_path / "codex-home"
     home.mkdir()
     (home / "instructions.md").write_text("Be brief.\n")
     for _ in range(CODEX_TRIES):
-        r, proxy = _codex(exe, home, codex_server.url)
+        r, proxy = _codex(exe, home, server.url)
         (request,) = [q for q in proxy.requests if q.path.startswith("/v1/responses")]
         assert request.status == 200 and request.headers["Authorization"] == f"Bearer {KEY}"
         assert request.body["stream"] is True and request.body["model"] == "tiny"
