@@ -10,16 +10,15 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
 from aioengine.server.anthropic.stream import write_stream
-from aioengine.server.errors import ApiError, RefusalLog, error_middleware
+from aioengine.server.errors import ApiError
 from aioengine.server.generate import Refused
 from aioengine.server.responses import ChatFormat, ChoiceState
 from tests.server.anthropic_sse import check_order, parse_events
-from tests.server.app_server import serve_app
+from tests.server.app_server import post_once
 
 pytestmark = pytest.mark.anyio
 INTERVAL = 0.2  # s; the tests that wait for pings do not depend on it
@@ -58,15 +57,7 @@ async def _serve(start_delay: float, refuse: bool, pings_first: int = 0) -> tupl
             raise e.error from e
         return resp
 
-    app = web.Application(middlewares=[error_middleware(RefusalLog())])
-    app.router.add_post("/v1/messages", handler)
-    async with serve_app(app) as srv, aiohttp.ClientSession() as s, \
-            s.post(srv.make_url("/v1/messages"), json={}) as resp:
-        lines = []
-        while pings_first and lines.count("event: ping") < pings_first:
-            lines.append((await resp.content.readline()).decode().rstrip("\n"))
-        gate.set()
-        return resp.status, "".join(line + "\n" for line in lines) + await resp.text()
+    return await post_once("/v1/messages", handler, gate, "event: ping", pings_first)
 
 
 async def test_a_long_prefill_opens_the_stream_and_pings_until_the_first_token():
