@@ -228,6 +228,23 @@ def test_max_output_tokens_past_the_context_is_capped(server):
     assert r["max_output_tokens"] == 10**6 and text_of(r) in ("true", "false")
 
 
+def test_without_max_output_tokens_the_reply_fits_the_context(server):
+    r = create(server, input="word " * 700, max_output_tokens=None, store=False)
+    used = r["usage"]["input_tokens"] + r["usage"]["output_tokens"]
+    assert r["usage"]["input_tokens"] > 700 and used <= 2048, r["usage"]
+    # Random weights: the reply ends by chance, or at the context's end.
+    assert r["status"] == ("incomplete" if used == 2048 else "completed"), r["usage"]
+
+
+def test_text_format_json_object_is_a_json_object(server):
+    r = create(server, input="JSON please", max_output_tokens=2000, store=False,
+               text={"format": {"type": "json_object"}})
+    if r["status"] == "completed":  # random weights may fill the context inside the object
+        assert isinstance(json.loads(text_of(r)), dict)
+    else:
+        assert text_of(r).lstrip().startswith("{")
+
+
 CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
 MALFORMED = [
     ({"input": [{"type": "function_call_output", "call_id": "nope", "output": "x"}]},
