@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
 
 from aioengine.server.errors import ApiError
 from aioengine.server.openai_responses.protocol import (
@@ -160,9 +159,6 @@ def _tools(req: ResponsesRequest, out: Translation) -> None:
 def _choice_text(choice: str | FunctionChoice | None) -> str:
     return f"tool_choice {choice.name!r}" if isinstance(choice, FunctionChoice) \
         else f"tool_choice {choice!r}"
-
-
-Kind = Literal["text", "json_object", "json_schema"]
 
 
 def _format(req: ResponsesRequest) -> ResponseFormat | None:
