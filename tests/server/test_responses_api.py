@@ -199,6 +199,20 @@ def test_previous_response_id_continues_a_stored_conversation(server):
                  400, "previous_response_id", "previous_response_not_found")
 
 
+def test_a_tool_result_answers_a_call_of_the_previous_response(server):
+    called = create(server, input="Weather in Paris?", max_output_tokens=300,
+                    tools=[WEATHER_TOOL], tool_choice="required", parallel_tool_calls=False)
+    (call,) = called["output"]
+    result = {"type": "function_call_output", "call_id": call["call_id"], "output": "Sunny"}
+    answer = create(server, input=[result], previous_response_id=called["id"],
+                    tools=[WEATHER_TOOL])
+    # The same tools' prompt, and now the call and its result too.
+    assert answer["usage"]["input_tokens"] > called["usage"]["input_tokens"] + 5
+    # Without the earlier response the same result answers no call.
+    assert_error(post(server, {"model": "tiny", "input": [result], "tools": [WEATHER_TOOL]}),
+                 400, "input[0].call_id")
+
+
 def test_store_false_keeps_nothing_and_the_store_is_bounded(server):
     unstored = create(server, input="hi", store=False, max_output_tokens=2)
     assert unstored["store"] is False
