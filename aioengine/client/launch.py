@@ -48,6 +48,8 @@ class EngineReady:
     block_size: int
     eos_token_id: int | None
     vocab_size: int
+    kv_bytes_per_block: int = 0
+    kv_sized_by: str = ""
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> EngineReady:
