@@ -18,7 +18,7 @@ def test_parse_size(text, expected) -> None:
 
 @pytest.mark.parametrize("bad", ["4XB", "-1GiB", "GiB", "", "0", 0, -5, 1.5, True, "4 GiBs"])
 def test_bad_sizes_name_the_field(bad) -> None:
-    with pytest.raises(ValueError, match="^kv_cache_memory must be"):
+    with pytest.raises(ValueError, match=r"^kv_cache_memory must be"):
         EngineConfig(kv_cache_memory=bad)
 
 

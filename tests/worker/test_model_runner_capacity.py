@@ -93,9 +93,9 @@ def test_explicit_size_below_one_sequence_names_the_field_and_minimum(spec) -> N
 
 def test_more_than_the_ram_fails_naming_the_setting(spec) -> None:
     ram = psutil.virtual_memory().total
-    with pytest.raises(ValueError, match="RAM available; lower kv_cache_memory$"):
+    with pytest.raises(ValueError, match=r"RAM available; lower kv_cache_memory$"):
         plan(spec, kv_cache_memory=2 * ram)
-    with pytest.raises(ValueError, match="RAM available; lower kv_cache_tokens$"):
+    with pytest.raises(ValueError, match=r"RAM available; lower kv_cache_tokens$"):
         plan(spec, kv_cache_tokens=ram)  # every token takes more than a byte
 
 
