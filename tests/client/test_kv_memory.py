@@ -78,3 +78,14 @@ def test_more_than_the_ram_fails_at_start_naming_the_setting() -> None:
     too_much = 2 * psutil.virtual_memory().total
     with pytest.raises(EngineStartupError, match="RAM available; lower kv_cache_memory"):
         SyncMPClient(config(kv_cache_memory=too_much))
+
+
+def test_worker_processes_hold_the_pool_and_are_shown() -> None:
+    """With the mp executor the cache lives in the worker: its RSS holds the pool at start."""
+    with SyncMPClient(config(executor="mp", max_model_len=256,
+                             kv_cache_memory="512MiB")) as c:
+        stats = c.get_stats()
+        assert stats.kv_bytes_reserved == 2**29 // PER_BLOCK * PER_BLOCK
+        rss = {p.role: p.rss_bytes for p in stats.processes}
+        assert set(rss) == {"host", "engine", "aioengine-worker-tp0"}, rss
+        assert rss["aioengine-worker-tp0"] >= stats.kv_bytes_reserved > rss["engine"]
