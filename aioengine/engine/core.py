@@ -78,6 +78,7 @@ class EngineCore:
             raise
         self.kv_bytes_per_block = info.kv_bytes_per_block
         self.kv_sized_by = info.kv_sized_by
+        self.kv_dtype = info.kv_dtype
         self.block_manager = BlockManager(info.num_kv_blocks, config.block_size,
                                           enable_prefix_caching=config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=config.max_num_seqs,
@@ -105,6 +106,7 @@ class EngineCore:
     def ready_payload(self) -> dict[str, int | str | None]:
         return {"num_kv_blocks": self.block_manager.num_blocks,
                 "kv_bytes_per_block": self.kv_bytes_per_block, "kv_sized_by": self.kv_sized_by,
+                "kv_dtype": self.kv_dtype,
                 "max_model_len": self.max_model_len, "block_size": self.config.block_size,
                 "eos_token_id": self.eos_token_id, "vocab_size": self.model_info.vocab_size}
 

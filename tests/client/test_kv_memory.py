@@ -3,6 +3,7 @@ engine processes on the tiny model."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import psutil
@@ -64,14 +65,19 @@ def test_bytes_in_use_and_held_by_the_prefix_cache(client) -> None:
     assert after.kv_bytes_prefix_cached >= before.kv_bytes_prefix_cached + 2 * PER_BLOCK
 
 
-@pytest.mark.parametrize(("kw", "blocks"), [({"kv_cache_tokens": 4000}, 250),
-                                             ({"kv_cache_memory": "8MiB"}, 256)])
-def test_tokens_and_memory_give_the_block_count(kw, blocks) -> None:
-    with SyncMPClient(config(max_model_len=256, **kw)) as c:
+@pytest.mark.parametrize(("kw", "line"), [
+    ({"kv_cache_tokens": 4000}, "KV cache of 250 blocks = 4000 tokens (max_model_len 256), "
+                                "7.81 MiB in float16; sized by kv_cache_tokens=4000"),
+    ({"kv_cache_memory": "8MiB"}, "KV cache of 256 blocks = 4096 tokens (max_model_len 256), "
+                                  "8.00 MiB in float16; sized by kv_cache_memory=8.00 MiB")])
+def test_tokens_and_memory_give_the_block_count_and_say_so(kw, line, caplog) -> None:
+    blocks = int(line.split()[3])
+    with caplog.at_level(logging.INFO, logger="aioengine.client.launch"), \
+            SyncMPClient(config(max_model_len=256, **kw)) as c:
         stats = c.get_stats()
         assert stats.kv_blocks_total == blocks
         assert stats.kv_bytes_reserved == blocks * PER_BLOCK
-        assert c.async_client.engine_info.kv_sized_by.startswith(next(iter(kw)))
+    assert f"engine ready: {line}" in caplog.text
 
 
 def test_more_than_the_ram_fails_at_start_naming_the_setting() -> None:

@@ -18,6 +18,8 @@ class ExecutorInfo:
     """Bytes one KV block takes, summed over the ranks (0: not known)."""
     kv_sized_by: str = ""
     """What decided the block count (rank 0's words), for the log and ``engine_info``."""
+    kv_dtype: str = ""
+    """What a KV block stores (``float16``, ...)."""
     kv_window: int | None = None
     """Sliding window of every attention layer, when all have one: a sequence's KV blocks that
     fall wholly before it are never read again and are freed."""

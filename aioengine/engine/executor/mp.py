@@ -103,7 +103,8 @@ class MultiprocExecutor(Executor):
         return ExecutorInfo(num_kv_blocks=blocks.pop(), kv_window=first.get("kv_window"),
                             kv_bytes_per_block=sum(ready[worker_name(r)].get(
                                 "kv_bytes_per_block", 0) for r in range(n)),
-                            kv_sized_by=first.get("kv_sized_by", ""))
+                            kv_sized_by=first.get("kv_sized_by", ""),
+                            kv_dtype=first.get("kv_dtype", ""))
 
     def process_ids(self) -> dict[str, int]:
         sup = self._supervisor

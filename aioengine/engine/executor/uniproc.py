@@ -27,7 +27,8 @@ class UniprocExecutor(Executor):
         self.runner.allocate_kv_cache(blocks)
         return ExecutorInfo(num_kv_blocks=blocks, kv_window=self.runner.kv_window,
                             kv_bytes_per_block=self.runner.kv_bytes_per_block,
-                            kv_sized_by=self.runner.kv_sized_by)
+                            kv_sized_by=self.runner.kv_sized_by,
+                            kv_dtype=str(self.runner.kv_dtype).removeprefix("torch."))
 
     @property
     def computes_here_on_cpu(self) -> bool:
