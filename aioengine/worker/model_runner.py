@@ -161,7 +161,9 @@ class ModelRunner:
     def kv_sized_by(self) -> str:
         """What decided the block count (for the log line and the engine's info)."""
         if self.kv_plan is None:
-            return "the engine (a block count every rank agreed on)"
+            if self.config.num_kv_blocks == self.num_kv_blocks:
+                return f"num_kv_blocks={self.num_kv_blocks}"
+            return "the caller (a block count given to allocate_kv_cache)"
         if self.kv_plan.num_blocks != self.num_kv_blocks:
             return f"the smallest over ranks (this rank's {self.kv_plan.sized_by})"
         return self.kv_plan.sized_by
