@@ -13,6 +13,8 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
+from aioengine.units import parse_size
+
 TRANSPORT_SCHEMES = ("zmq", "shm", "uds")
 # The choices of a field are its Literal annotation (the command line's choices come from it);
 # the tuples are the same values for validation messages and callers.
@@ -130,11 +132,23 @@ class EngineConfig:
     block_size: int = 16
     """Tokens per KV-cache block (the unit of allocation and of prefix caching)."""
     num_kv_blocks: int | None = None
-    """A fixed number of KV blocks per rank; overrides the memory settings below."""
-    kv_cache_memory: int | None = None
-    """Bytes for the KV cache; ignored when ``num_kv_blocks`` is set."""
-    kv_cache_memory_fraction: float = 0.5
-    """Fraction of free memory for the KV cache when neither of the above is set."""
+    """A fixed number of KV blocks per rank; overrides the size settings below."""
+    kv_cache_memory: int | str | None = None
+    """Memory for the KV cache per rank: bytes, or a size with a unit (``4GiB``, ``512MiB``;
+    GiB/MiB/KiB are powers of 1024, GB/MB/KB powers of 1000). Ignored when ``num_kv_blocks``
+    is set; not together with ``kv_cache_tokens``. None: sized by need (CPU) or by
+    ``kv_cache_memory_fraction`` (GPU), see docs/engine.md."""
+    kv_cache_tokens: int | None = None
+    """Tokens the KV cache holds (over all sequences; rounded up to whole blocks), instead of
+    ``kv_cache_memory``."""
+    kv_cache_memory_fraction: float | None = None
+    """GPU: the fraction of free device memory (after weights and a profiling forward) the KV
+    cache takes; None: 0.5. CPU: the cap on the pool sized by need, as a fraction of the RAM
+    available at start; None: 0.25 (the rest stays for the host program, the weights' page
+    cache, activations and other replicas)."""
+    kv_cache_lock: bool = False
+    """CPU: lock the KV cache in RAM (``mlock``) so it is never swapped out; needs a memlock
+    limit (``ulimit -l``) at least its size, else the engine fails at start saying so."""
     max_queued_requests: int | None = None
     """Admission control: the most requests a client keeps waiting for their first step; one
     more is refused at once with ``EngineOverloadedError`` (the server answers 503 with
@@ -251,10 +265,17 @@ class EngineConfig:
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
         if self.kv_cache_memory is not None:
-            _positive("kv_cache_memory", self.kv_cache_memory)
-        if not 0.0 < self.kv_cache_memory_fraction <= 0.95:
-            raise ValueError("kv_cache_memory_fraction must be in (0, 0.95], "
-                             f"got {self.kv_cache_memory_fraction}")
+            object.__setattr__(self, "kv_cache_memory",
+                               parse_size(self.kv_cache_memory, "kv_cache_memory"))
+        if self.kv_cache_tokens is not None:
+            _positive("kv_cache_tokens", self.kv_cache_tokens)
+            if self.kv_cache_memory is not None:
+                raise ValueError("kv_cache_memory and kv_cache_tokens both size the KV cache: "
+                                 f"give one, got {self.kv_cache_memory} bytes and "
+                                 f"{self.kv_cache_tokens} tokens")
+        fraction = self.kv_cache_memory_fraction
+        if fraction is not None and (isinstance(fraction, bool) or not 0.0 < fraction <= 0.95):
+            raise ValueError(f"kv_cache_memory_fraction must be in (0, 0.95], got {fraction!r}")
         if self.startup_timeout <= 0:
             raise ValueError(f"startup_timeout must be positive, got {self.startup_timeout}")
         if self.executor == "uniproc" and self.tensor_parallel_size > 1:

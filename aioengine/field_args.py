@@ -7,6 +7,7 @@ right under it), its default from the field:
 - ``bool``: ``--x`` / ``--no-x``;
 - ``Literal["a", "b"]``: ``choices``;
 - ``int``, ``float``, ``str`` (each also ``| None``): that type;
+- ``int | str`` (also ``| None``): a string (a size with a unit, parsed by the dataclass);
 - ``tuple[str, ...]``: one or more values (``nargs="+"``), given back as a tuple.
 
 Any other annotation is a ``TypeError`` naming the field: a new field must choose how it reads
@@ -151,6 +152,10 @@ def _argument_kwargs(owner: str, name: str, hint: Any) -> dict[str, Any]:
         return {"type": inner, "metavar": "N" if inner is int else "X"}
     if inner is str:
         return {"type": inner}
+    if get_origin(inner) in (typing.Union, types.UnionType) \
+            and {a for a in get_args(inner) if a is not type(None)} == {int, str}:
+        # a number or a number with a unit (``--kv-cache-memory 4GiB``): the config parses it
+        return {"type": str, "metavar": "SIZE"}
     if get_origin(inner) is tuple and get_args(inner)[1:] == (Ellipsis,) \
             and get_args(inner)[0] in (int, float, str):
         return {"type": get_args(inner)[0], "nargs": "+", "action": _TupleStore}

@@ -77,6 +77,21 @@ def test_sample_engine_flags_read_their_annotations():
     assert EngineConfig.from_cli_args(parser.parse_args([])) == EngineConfig()
 
 
+def test_kv_cache_size_flags_take_human_units():
+    parser = serve_parser()
+    help_text = parser.format_help()
+    for flag in ("--kv-cache-memory SIZE", "--kv-cache-tokens N", "--kv-cache-lock",
+                 "--kv-cache-memory-fraction X"):
+        assert flag in help_text, flag
+    args = parser.parse_args(["--kv-cache-memory", "4GiB"])
+    assert EngineConfig.from_cli_args(args).kv_cache_memory == 4 * 2**30
+    args = parser.parse_args(["--kv-cache-tokens", "65536", "--kv-cache-lock"])
+    config = EngineConfig.from_cli_args(args)
+    assert (config.kv_cache_tokens, config.kv_cache_lock) == (65536, True)
+    with pytest.raises(ValueError, match="kv_cache_memory must be a positive size"):
+        EngineConfig.from_cli_args(parser.parse_args(["--kv-cache-memory", "4XB"]))
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--dtype", "float64"], "invalid choice: 'float64'"),
     (["--max-model-len", "lots"], "invalid int value: 'lots'"),

@@ -9,6 +9,7 @@ supervisor's monitor thread, the output channel closing under us (``PeerClosedEr
 
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from collections.abc import AsyncGenerator, Sequence
@@ -45,6 +46,7 @@ from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import AbortRequests, AddRequest, EngineStats
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
+from aioengine.runtime.process_tree import resident_memory
 from aioengine.runtime.supervisor_guard import check_main_is_guarded
 
 # Longer texts are templated and tokenized in a worker thread: a chat message of a few MB took
@@ -348,8 +350,11 @@ class AsyncMPClient:
 
     async def get_stats(self, timeout: float = 30.0) -> EngineStats:
         """A snapshot of the engine's scheduler and KV cache. With data parallelism: the total
-        over the live replicas, each replica's own in ``replicas`` (``None`` for a dead one)."""
-        return await replica_calls.get_stats(self._link, timeout)
+        over the live replicas, each replica's own in ``replicas`` (``None`` for a dead one).
+        ``processes`` starts with this (the host) process."""
+        stats = await replica_calls.get_stats(self._link, timeout)
+        stats.processes = [*resident_memory({"host": os.getpid()}), *stats.processes]
+        return stats
 
     async def check_health(self, timeout: float = 10.0) -> None:
         """Raise ``EngineDeadError`` unless the engine (every live replica) answers a ping

@@ -31,6 +31,7 @@ from aioengine.messages.launch import (
 from aioengine.runtime import ChildSpec, EngineDeadError, EngineStartupError, Supervisor
 from aioengine.runtime.errors import describe_exitcode
 from aioengine.runtime.heap_env import model_process_env
+from aioengine.units import format_bytes
 from transports import AsyncReader, AsyncWriter, open_async_reader, open_async_writer
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,19 @@ class EngineReady:
     block_size: int
     eos_token_id: int | None
     vocab_size: int
+    kv_bytes_per_block: int = 0
+    """Bytes one KV block takes, over all ranks."""
+    kv_sized_by: str = ""
+    """What decided the KV cache's size (``need: ...``, ``cap: ...``, ``kv_cache_tokens=...``)."""
+    kv_dtype: str = ""
+
+    def describe_kv_cache(self) -> str:
+        """The start-up line: blocks, tokens, bytes, dtype and what decided the size."""
+        size = format_bytes(self.num_kv_blocks * self.kv_bytes_per_block)
+        return (f"KV cache of {self.num_kv_blocks} blocks = "
+                f"{self.num_kv_blocks * self.block_size} tokens (max_model_len "
+                f"{self.max_model_len}), {size} in {self.kv_dtype or '?'}; sized by "
+                f"{self.kv_sized_by or '?'}")
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> EngineReady:
@@ -184,6 +198,7 @@ async def launch_engine(config: EngineConfig, on_death: Callable[[EngineDeadErro
             if isinstance(outcome, BaseException):
                 raise outcome
         ready = EngineReady.from_payload(payload[ENGINE_NAME])
+        logger.info("engine ready: %s", ready.describe_kv_cache())
     except BaseException:
         await stop_surely(backend, supervisor.shutdown)  # a cancelled start too
         close_quietly(requests, outputs)

@@ -98,6 +98,11 @@ class BlockManager:
         return self.num_blocks - self.num_free_blocks
 
     @property
+    def num_evictable_blocks(self) -> int:
+        """Blocks no request holds that keep a cached prefix (free, reused first by a hit)."""
+        return len(self._evictable)
+
+    @property
     def num_cached_blocks(self) -> int:
         return len(self._by_hash)
 

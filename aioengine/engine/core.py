@@ -8,6 +8,7 @@ tests or an in-process embedding can drive it directly. Bad input never raises o
 from __future__ import annotations
 
 import logging
+import os
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from aioengine.config import EngineConfig
@@ -19,6 +20,7 @@ from aioengine.engine.scheduler import Scheduler
 from aioengine.hub import ModelInfo, read_model_info, resolve_model
 from aioengine.messages.engine_io import AddRequest, EngineStats, RequestDelta
 from aioengine.messages.worker_io import StepInput
+from aioengine.runtime.process_tree import resident_memory
 from aioengine.text.detokenize import EngineDetokenizer
 
 logger = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ class EngineCore:
         except BaseException:
             executor.shutdown()
             raise
+        self.kv_bytes_per_block = info.kv_bytes_per_block
+        self.kv_sized_by = info.kv_sized_by
+        self.kv_dtype = info.kv_dtype
         self.block_manager = BlockManager(info.num_kv_blocks, config.block_size,
                                           enable_prefix_caching=config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs=config.max_num_seqs,
@@ -98,8 +103,10 @@ class EngineCore:
         return ids[0] if ids else None
 
     @property
-    def ready_payload(self) -> dict[str, int | None]:
+    def ready_payload(self) -> dict[str, int | str | None]:
         return {"num_kv_blocks": self.block_manager.num_blocks,
+                "kv_bytes_per_block": self.kv_bytes_per_block, "kv_sized_by": self.kv_sized_by,
+                "kv_dtype": self.kv_dtype,
                 "max_model_len": self.max_model_len, "block_size": self.config.block_size,
                 "eos_token_id": self.eos_token_id, "vocab_size": self.model_info.vocab_size}
 
@@ -280,7 +287,11 @@ class EngineCore:
             kv_blocks_total=bm.num_blocks, prefix_cache_hit_rate=bm.hit_rate,
             prompt_tokens_total=s.prompt_tokens_total,
             generation_tokens_total=s.generation_tokens_total,
-            num_requests_finished_total=s.num_finished_total)
+            num_requests_finished_total=s.num_finished_total,
+            kv_bytes_reserved=bm.num_blocks * self.kv_bytes_per_block,
+            kv_bytes_used=bm.num_used_blocks * self.kv_bytes_per_block,
+            kv_bytes_prefix_cached=bm.num_evictable_blocks * self.kv_bytes_per_block,
+            processes=resident_memory({"engine": os.getpid(), **self.executor.process_ids()}))
 
     def reset_prefix_cache(self) -> None:
         self.block_manager.reset_prefix_cache()

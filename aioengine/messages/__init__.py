@@ -7,6 +7,7 @@ from aioengine.messages.engine_io import (
     EngineFailure,
     EngineMessage,
     EngineStats,
+    ProcessMemory,
     RequestDelta,
     StepOutputs,
     TokenLogprob,
@@ -29,7 +30,7 @@ from aioengine.messages.worker_io import (
 
 __all__ = [
     "AbortRequests", "AddRequest", "ClientMessage", "EngineFailure", "EngineMessage",
-    "EngineStats", "NewSequence", "RequestDelta", "SampledToken", "SamplingParams",
+    "EngineStats", "NewSequence", "ProcessMemory", "RequestDelta", "SampledToken", "SamplingParams",
     "ScheduledChunk", "StepInput", "StepOutputs", "StepResult", "StructuredOutputs",
     "TokenLogprob", "UtilityCall",
     "UtilityResult", "WorkerCall", "WorkerCallResult", "WorkerError", "WorkerInbound",

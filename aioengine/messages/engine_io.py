@@ -88,6 +88,16 @@ class EngineFailure(msgspec.Struct, tag="failure"):
 EngineMessage = StepOutputs | UtilityResult | EngineFailure
 
 
+class ProcessMemory(msgspec.Struct, kw_only=True):
+    """The resident memory of one process of the engine's tree (``EngineStats.processes``)."""
+
+    role: str
+    """``host`` (the client's process), ``engine``, or a worker's name (``worker-0``)."""
+    pid: int
+    rss_bytes: int
+    """Resident set size (psutil ``memory_info().rss``)."""
+
+
 class EngineStats(msgspec.Struct, kw_only=True):
     """A snapshot of the engine's scheduler and KV cache (``get_stats()``)."""
 
@@ -109,6 +119,16 @@ class EngineStats(msgspec.Struct, kw_only=True):
     """Tokens sampled since start."""
     num_requests_finished_total: int = 0
     """Requests finished (any reason) since start."""
+    kv_bytes_reserved: int = 0
+    """Bytes of the KV cache, allocated (and on CPU written) at start, over all ranks."""
+    kv_bytes_used: int = 0
+    """Bytes of the blocks held by requests (``kv_blocks_used``)."""
+    kv_bytes_prefix_cached: int = 0
+    """Bytes of the blocks no request holds that keep a cached prompt prefix (reusable, and
+    evicted first when blocks run short)."""
+    processes: list[ProcessMemory] = msgspec.field(default_factory=list)
+    """Resident memory of each process of the tree: the engine and its workers, and the host
+    when the stats come from a client."""
     data_parallel_size: int = 1
     """Engine replicas behind the client (``EngineConfig.data_parallel_size``)."""
     replicas_alive: int = 1

@@ -1,4 +1,5 @@
-"""Finding and ending a process's descendants (psutil), for the supervisor's hard stop."""
+"""Finding and ending a process's descendants (psutil), for the supervisor's hard stop; the
+resident memory of named processes, for the stats."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import time
 from collections.abc import Iterable
 
 import psutil
+
+from aioengine.messages.engine_io import ProcessMemory
 
 logger = logging.getLogger(__name__)
 
@@ -58,3 +61,16 @@ def _name(proc: psutil.Process) -> str:
         return proc.name()
     except psutil.Error:
         return "?"
+
+
+def resident_memory(pids: dict[str, int]) -> list[ProcessMemory]:
+    """The resident set size of each live process of ``{role: pid}`` (one that is gone is left
+    out: its memory is back)."""
+    found = []
+    for role, pid in pids.items():
+        try:
+            rss = psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            continue
+        found.append(ProcessMemory(role=role, pid=pid, rss_bytes=int(rss)))
+    return found

@@ -59,6 +59,18 @@ class EngineStatsCollector(Collector):
         usage = _usage(s)
         yield gauge("kv_cache_usage_ratio", "Fraction of KV-cache blocks in use", usage)
         yield gauge("kv_cache_blocks_total", "KV-cache blocks in the engine", s.kv_blocks_total)
+        yield gauge("kv_cache_bytes_reserved", "Bytes of the KV cache, allocated at start "
+                    "(resident on CPU), over all ranks", s.kv_bytes_reserved)
+        yield gauge("kv_cache_bytes_used", "Bytes of the KV blocks held by requests",
+                    s.kv_bytes_used)
+        yield gauge("kv_cache_bytes_prefix_cached", "Bytes of the KV blocks no request holds "
+                    "that keep a cached prompt prefix", s.kv_bytes_prefix_cached)
+        rss = GaugeMetricFamily("aioengine_process_resident_memory_bytes", "Resident memory "
+                                "of each process of the engine's tree (host, engine, workers)",
+                                labels=[*labels, "process", "pid"])
+        for p in s.processes:
+            rss.add_metric([*values, p.role, str(p.pid)], p.rss_bytes)
+        yield rss
         yield gauge("prefix_cache_hit_rate", "Fraction of prompt tokens found in the prefix "
                     "cache", s.prefix_cache_hit_rate)
         yield counter("prompt_tokens", "Prompt tokens processed", s.prompt_tokens_total)

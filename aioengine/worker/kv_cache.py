@@ -4,11 +4,12 @@ One tensor per layer, ``[2, num_kv_heads_per_rank, num_blocks, block_size, head_
 (k then v); block ids from the engine's block manager index dimension 2. See
 ``aioengine.worker.attention.paged`` for why heads come before blocks.
 
-On CPU the cache lives in anonymous private ``mmap`` memory: the kernel hands out zero pages
-and commits one only when it is first written, so allocating the default capacity (gigabytes
-for ``max_num_seqs`` full contexts) is instant and resident memory follows the blocks actually
-used. ``torch.zeros`` would write every byte up front (seconds on a loaded box, all charged to
-RSS at once). On GPU, ``torch.zeros``.
+On CPU the cache lives in anonymous private ``mmap`` memory, written with zeros when it is
+allocated (and ``mlock``-ed with ``EngineConfig.kv_cache_lock``): the resident size after start
+is the size the engine keeps, and a pool the machine cannot hold fails at start rather than as an
+out-of-memory kill hours later (issue 40; the pool is sized by need, ``worker.capacity``). The
+mapping is the tensor's own, so the memory goes back to the kernel when the cache is freed. On
+GPU, ``torch.zeros``.
 
 The cache's dtype is ``EngineConfig.kv_cache_dtype`` resolved by ``kv_cache_dtype``: float16
 for a float32 model on CPU by default (the decode kernel and the rope + KV-write op read and
@@ -17,8 +18,12 @@ write float16), the model's dtype otherwise.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import mmap
+import os
+import resource
 from typing import Any
 
 import torch
@@ -72,25 +77,43 @@ def num_blocks_for_bytes(model_config: Any, memory_bytes: int, block_size: int,
 
 
 def allocate_kv_cache(model_config: Any, num_blocks: int, block_size: int, dtype: torch.dtype,
-                      device: torch.device | str, tp_size: int = 1) -> list[torch.Tensor]:
-    """Zeroed KV cache, one tensor per layer (zeros: unwritten slots never hold NaN); lazily
-    committed on CPU (``lazy_zeros``)."""
+                      device: torch.device | str, tp_size: int = 1, *,
+                      lock: bool = False) -> list[torch.Tensor]:
+    """Zeroed KV cache, one tensor per layer (zeros: unwritten slots never hold NaN); resident
+    on CPU (``resident_zeros``), locked in RAM with ``lock``."""
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"num_blocks and block_size must be positive, got {num_blocks} and "
                          f"{block_size}")
     spec = _spec(model_config)
     shape = (2, spec.kv_heads_per_rank(tp_size), num_blocks, block_size, spec.head_dim)
     if torch.device(device).type == "cpu":
-        return [lazy_zeros(shape, dtype) for _ in range(spec.num_layers)]
+        return [resident_zeros(shape, dtype, lock=lock) for _ in range(spec.num_layers)]
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
 
 
-def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A zero CPU tensor over anonymous private memory, committed page by page on first write.
-    The tensor holds the only reference to its mapping (``torch.frombuffer`` keeps it alive),
-    so the memory goes back to the kernel when the tensor is freed."""
+def resident_zeros(shape: tuple[int, ...], dtype: torch.dtype, *,
+                   lock: bool = False) -> torch.Tensor:
+    """A zero CPU tensor over anonymous private memory, every page written now (resident from
+    here on), and ``mlock``-ed with ``lock`` (an ``OSError`` naming the memlock limit when the
+    kernel refuses). The tensor holds the only reference to its mapping (``torch.frombuffer``
+    keeps it alive), so the memory goes back to the kernel when the tensor is freed."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:
         return torch.zeros(shape, dtype=dtype)
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    return torch.frombuffer(buf, dtype=dtype).view(shape)
+    tensor = torch.frombuffer(buf, dtype=dtype).view(shape)
+    if lock:
+        _mlock(tensor.data_ptr(), nbytes)  # faults every page in, and keeps it
+    tensor.zero_()  # the kernel commits a page on its first write, zeros included
+    return tensor
+
+
+def _mlock(address: int, nbytes: int) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    if libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(nbytes)) != 0:
+        err = ctypes.get_errno()
+        soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        limit = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft} bytes"
+        raise OSError(err, f"kv_cache_lock: mlock of {nbytes} bytes of KV cache failed "
+                      f"({os.strerror(err)}); the memlock limit is {limit} (raise it with "
+                      "`ulimit -l` or LimitMEMLOCK=, or turn kv_cache_lock off)")

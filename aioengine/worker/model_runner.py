@@ -23,12 +23,13 @@ from aioengine.config import EngineConfig
 from aioengine.hub import read_model_info, resolve_model
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.messages.worker_io import PREVIOUS_TOKEN, SampledToken, StepInput, StepResult
+from aioengine.units import format_bytes
 from aioengine.worker import gemv
 from aioengine.worker.attention import build_attention_metadata
 from aioengine.worker.attention.cpu_kernel import select_decode_kernel
-from aioengine.worker.capacity import MemoryProfile, determine_num_kv_blocks, max_context_len
+from aioengine.worker.capacity import KvPlan, MemoryProfile, max_context_len, plan_kv_cache
 from aioengine.worker.cpu.backend import CpuBackend
-from aioengine.worker.kv_cache import allocate_kv_cache, kv_cache_dtype
+from aioengine.worker.kv_cache import allocate_kv_cache, kv_cache_bytes_per_block, kv_cache_dtype
 from aioengine.worker.loader import load_model
 from aioengine.worker.memory import HeapTrimmer
 from aioengine.worker.sampler import Sampler, SamplerOutput, argmax_only
@@ -89,6 +90,7 @@ class ModelRunner:
         self.kv_caches: list[torch.Tensor] = []
         self.num_kv_blocks = 0
         self.memory_profile: MemoryProfile | None = None
+        self.kv_plan: KvPlan | None = None  # what plan_kv_blocks decided
         # CPU: hand a prefill's freed temporaries back to the system (see worker.memory)
         self.heap_trimmer = HeapTrimmer() if self.device.type == "cpu" else None
 
@@ -144,20 +146,45 @@ class ModelRunner:
     # ---- capacity ----------------------------------------------------------------------------
     def plan_kv_blocks(self) -> int:
         """Blocks this rank can hold under the config (see ``aioengine.worker.capacity``)."""
-        blocks, profile = determine_num_kv_blocks(
-            self.config, self.spec, self.kv_dtype, self.device, self.world_size,
-            profile_forward=self._profile_forward)
-        self.memory_profile = profile
-        return blocks
+        plan = plan_kv_cache(self.config, self.spec, self.kv_dtype, self.device,
+                             self.world_size, profile_forward=self._profile_forward)
+        self.kv_plan, self.memory_profile = plan, plan.profile
+        return plan.num_blocks
+
+    @property
+    def kv_bytes_per_block(self) -> int:
+        """Bytes one KV block takes on this rank (all layers, k and v)."""
+        return kv_cache_bytes_per_block(self.spec, self.config.block_size, self.kv_dtype,
+                                        self.world_size)
+
+    @property
+    def kv_sized_by(self) -> str:
+        """What decided the block count (for the log line and the engine's info)."""
+        if self.kv_plan is None:
+            if self.config.num_kv_blocks == self.num_kv_blocks:
+                return f"num_kv_blocks={self.num_kv_blocks}"
+            return "the caller (a block count given to allocate_kv_cache)"
+        if self.kv_plan.num_blocks != self.num_kv_blocks:
+            return f"the smallest over ranks (this rank's {self.kv_plan.sized_by})"
+        return self.kv_plan.sized_by
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
+        """Allocate and write (CPU: make resident; ``kv_cache_lock``: lock) the KV cache."""
         self.kv_caches = []  # free the old cache before allocating the new one
         self.kv_caches = allocate_kv_cache(self.spec, num_blocks, self.config.block_size,
-                                           self.kv_dtype, self.device, self.world_size)
+                                           self.kv_dtype, self.device, self.world_size,
+                                           lock=self.config.kv_cache_lock
+                                           and self.device.type == "cpu")
         self.num_kv_blocks = num_blocks
-        logger.info("rank %d: KV cache of %d blocks x %d tokens on %s in %s", self.rank,
-                    num_blocks, self.config.block_size, self.device,
-                    str(self.kv_dtype).removeprefix("torch."))
+        tokens = num_blocks * self.config.block_size
+        per_seq = -(-self.max_model_len // self.config.block_size)
+        logger.info("rank %d: KV cache of %d blocks = %d tokens (%.1f sequences of %d), %s in "
+                    "%s on %s%s; sized by %s", self.rank, num_blocks, tokens,
+                    num_blocks / per_seq, self.max_model_len,
+                    format_bytes(num_blocks * self.kv_bytes_per_block),
+                    str(self.kv_dtype).removeprefix("torch."), self.device,
+                    ", locked" if self.config.kv_cache_lock and self.device.type == "cpu"
+                    else "", self.kv_sized_by)
 
     def _profile_forward(self) -> None:
         """The largest step the engine may schedule: ``max_num_batched_tokens`` prompt tokens

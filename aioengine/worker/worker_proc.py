@@ -111,7 +111,9 @@ class WorkerProc(BusyLoopTarget):
         # scans, which otherwise stall steps and the interpreter's exit for seconds.
         gc.freeze()
         return {"rank": la.rank, "num_kv_blocks": blocks, "max_model_len": runner.max_model_len,
-                "kv_window": runner.kv_window,
+                "kv_window": runner.kv_window, "kv_bytes_per_block": runner.kv_bytes_per_block,
+                "kv_sized_by": runner.kv_sized_by,
+                "kv_dtype": str(runner.kv_dtype).removeprefix("torch."),
                 "device": str(device), "dtype": str(runner.dtype).replace("torch.", "")}
 
     def _agree_min(self, blocks: int) -> int:

@@ -63,6 +63,12 @@ def test_two_replicas_match_one_engine_and_share_the_load(transport: str, backen
         assert sum(per) == stats.num_requests_finished_total == len(PROMPTS)
         assert min(per) >= 2, per  # both replicas served a fair share
         assert stats.kv_blocks_total == 2 * 512  # the total sums the replicas
+        assert stats.kv_bytes_reserved == sum(s.kv_bytes_reserved for s in stats.replicas
+                                              if s is not None) > 0
+        # each process of the tree once: the host, and each replica's engine
+        assert sorted(p.role for p in stats.processes) == [
+            "host", "replica0/engine", "replica1/engine"]
+        assert len({p.pid for p in stats.processes}) == 3
 
     anyio.run(main, backend=backend)
 

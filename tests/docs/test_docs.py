@@ -146,6 +146,7 @@ def test_serve_flags_match_the_parser() -> None:
 
 def test_metric_names_match_the_exposition() -> None:
     from aioengine import EngineStats
+    from aioengine.messages import ProcessMemory
     from aioengine.server.metrics import ServerMetrics
 
     metrics = ServerMetrics("m")
@@ -156,7 +157,8 @@ def test_metric_names_match_the_exposition() -> None:
     metrics.engine.stats = EngineStats(
         num_running=1, num_waiting=0, num_preempted_total=0, kv_blocks_used=1,
         kv_blocks_total=2, prefix_cache_hit_rate=0.5, prompt_tokens_total=3,
-        generation_tokens_total=4)
+        generation_tokens_total=4,
+        processes=[ProcessMemory(role="engine", pid=1, rss_bytes=2)])
     replica = msgspec.structs.replace(metrics.engine.stats)
     metrics.engine.stats = msgspec.structs.replace(  # two replicas: the per-replica series too
         metrics.engine.stats, data_parallel_size=2, replicas_alive=1, replicas=[replica, None])

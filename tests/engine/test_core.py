@@ -31,9 +31,13 @@ def drain(core) -> dict[str, Output]:
 
 
 def test_ready_payload(core, vocab_size):
-    assert core.ready_payload == {"num_kv_blocks": 40, "max_model_len": 96, "block_size": 4,
-                                  "eos_token_id": core.model_info.eos_token_ids[0],
-                                  "vocab_size": vocab_size}
+    payload = dict(core.ready_payload)
+    # 4 layers x 4 tokens x 4 kv heads x 32, k and v: float16 with the decode kernel, else 32
+    dtype_bytes = {"float16": 2, "float32": 4}[payload.pop("kv_dtype")]
+    assert payload.pop("kv_bytes_per_block") == 2 * 4 * 4 * 4 * 32 * dtype_bytes
+    assert payload == {"num_kv_blocks": 40, "max_model_len": 96, "block_size": 4,
+                       "eos_token_id": core.model_info.eos_token_ids[0],
+                       "vocab_size": vocab_size, "kv_sized_by": "num_kv_blocks=40"}
 
 
 def test_300_requests_under_preemption_match_each_run_alone(core, vocab_size,

@@ -26,8 +26,13 @@ def engine(one_thread):
 
 
 def test_ready_payload(engine, vocab_size):
-    assert engine.ready == {"num_kv_blocks": 40, "max_model_len": 96, "block_size": 4,
-                            "eos_token_id": 1, "vocab_size": vocab_size}
+    ready = dict(engine.ready)
+    dtype_bytes = {"float16": 2, "float32": 4}[ready.pop("kv_dtype")]
+    # k and v x 4 layers x 4 tokens x 4 kv heads x 32
+    assert ready.pop("kv_bytes_per_block") == 2 * 4 * 4 * 4 * 32 * dtype_bytes
+    assert ready == {"num_kv_blocks": 40, "max_model_len": 96, "block_size": 4,
+                     "eos_token_id": 1, "vocab_size": vocab_size,
+                     "kv_sized_by": "num_kv_blocks=40"}
 
 
 def test_300_requests_match_each_run_alone(engine, vocab_size, alone_reference):

@@ -83,10 +83,12 @@ def test_engine_process_mp_one_rank(one_thread, vocab_size, alone_reference, tra
     h = EngineHarness(small_config(executor="mp"), transport=transport)
     try:
         assert h.ready["num_kv_blocks"] == 40
+        assert h.ready["kv_sized_by"] == "num_kv_blocks=40"  # what the worker was told
         got = h.run(workload(vocab_size))
         assert_same_greedy(got, alone_reference)
         stats = msgspec.convert(h.call("get_stats").result, EngineStats)
         assert stats.kv_blocks_used == 0 and stats.num_preempted_total > 0
+        assert {p.role for p in stats.processes} == {"engine", "aioengine-worker-tp0"}
     finally:
         h.close()
 

@@ -30,7 +30,8 @@ def test_host_tokenizer_matches_transformers(smollm2: ResolvedModel, hf_smollm2)
 def test_llm_greedy_equals_transformers(hf_greedy: dict[str, list[int]]) -> None:
     # transformers computes with the dequantized weights: so do we ("none"; the kept blocks
     # are held to a tolerance in test_smollm2_quantized.py)
-    with LLM(EngineConfig(model=SMOLLM2, max_model_len=1024, quantization="none")) as llm:
+    with LLM(EngineConfig(model=SMOLLM2, max_model_len=1024, quantization="none",
+                          max_num_seqs=len(PROMPTS))) as llm:
         outs = llm.generate(PROMPTS, GREEDY, use_tqdm=False)
     for prompt, out in zip(PROMPTS, outs, strict=True):
         assert list(out.token_ids) == hf_greedy[prompt], prompt
@@ -55,7 +56,8 @@ async def _stream_all(config: EngineConfig) -> list[list[int]]:
 def test_async_client_greedy_equals_transformers(transport: str, executor: str, tp: int,
                                                  hf_greedy: dict[str, list[int]]) -> None:
     config = EngineConfig(model=SMOLLM2, transport=transport, executor=executor,
-                          tensor_parallel_size=tp, max_model_len=1024, quantization="none")
+                          tensor_parallel_size=tp, max_model_len=1024, quantization="none",
+                          max_num_seqs=len(PROMPTS))  # the KV pool: 4 sequences, not 256
     got = anyio.run(_stream_all, config)
     for prompt, tokens in zip(PROMPTS, got, strict=True):
         assert tokens == hf_greedy[prompt], (transport, executor, tp, prompt)

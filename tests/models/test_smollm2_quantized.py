@@ -24,7 +24,8 @@ QUESTIONS = ["What is the capital of France?", "What is 2 + 2?", "Name three pri
 
 
 def chat_answers(**config) -> list[str]:
-    with LLM(EngineConfig(model=SMOLLM2, max_model_len=512, **config)) as llm:
+    with LLM(EngineConfig(model=SMOLLM2, max_model_len=512, max_num_seqs=len(QUESTIONS),
+                              **config)) as llm:
         outs = llm.chat([[{"role": "user", "content": q}] for q in QUESTIONS], GREEDY,
                         use_tqdm=False)
     return [o.text for o in outs]

@@ -62,6 +62,16 @@ async def test_metrics_count_outcomes_and_latencies(server):
         assert after[gauge].type == "gauge"
         assert after[gauge].samples[0].value >= 0.0
     assert after["aioengine_kv_cache_usage_ratio"].samples[0].value <= 1.0
+    # KV bytes (issue 40): 1,024 blocks of 32 or 64 KiB (float16 or float32 cache)
+    reserved = after["aioengine_kv_cache_bytes_reserved"].samples[0].value
+    assert reserved / after["aioengine_kv_cache_blocks_total"].samples[0].value in (2**15, 2**16)
+    for gauge in ("aioengine_kv_cache_bytes_used", "aioengine_kv_cache_bytes_prefix_cached"):
+        assert after[gauge].type == "gauge"
+        assert 0 <= after[gauge].samples[0].value <= reserved
+    rss = {s.labels["process"]: s.value
+           for s in after["aioengine_process_resident_memory_bytes"].samples}
+    assert set(rss) == {"host", "engine"}, rss  # uniproc: no worker processes
+    assert rss["engine"] >= reserved and rss["host"] > 0
     assert delta("aioengine_generation_tokens", "aioengine_generation_tokens_total") >= 5
 
 

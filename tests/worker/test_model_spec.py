@@ -332,7 +332,7 @@ def test_engine_load_path_does_not_import_transformers():
         from aioengine.engine.core_proc import make_engine_target
         from aioengine.worker.model_runner import ModelRunner
         from aioengine.worker.worker_proc import make_worker_target
-        runner = ModelRunner(EngineConfig(model="tiny", device="cpu"))
+        runner = ModelRunner(EngineConfig(model="tiny", device="cpu", max_num_seqs=2))
         runner.allocate_kv_cache(runner.plan_kv_blocks())
         assert runner.spec.family == "llama" and runner.num_kv_blocks >= 0
         print(sorted(m for m in sys.modules if m.split(".")[0] == "transformers"))

@@ -36,11 +36,14 @@ def worker():
 
 def test_ready_payload_and_calls(worker) -> None:
     ready = worker.ready["aioengine-worker-tp0"]
-    # planned from the fraction of free RAM, capped at 4 sequences x 256 / 8 blocks
-    assert ready["num_kv_blocks"] == 4 * 32 and ready["max_model_len"] == 256
+    # sized by need: 4 sequences x 256 / 8 blocks, plus 10% (rounded up) for the prefix cache
+    assert ready["num_kv_blocks"] == 4 * 32 + 13 and ready["max_model_len"] == 256
+    assert ready["kv_sized_by"] == "need: max_num_seqs=4 x 256 tokens + 10% prefix-cache share"
+    # k and v x 4 layers x 8 tokens x 4 kv heads x 32: float16 with the decode kernel, else 32
+    assert ready["kv_bytes_per_block"] in (2 * 4 * BLOCK * 4 * 32 * 2, 2 * 4 * BLOCK * 4 * 32 * 4)
     assert worker.call("ping") == "pong"
     report = worker.call("profile_memory")
-    assert report["num_kv_blocks"] == 128 and report["bytes_per_block"] > 0
+    assert report["num_kv_blocks"] == 141 and report["bytes_per_block"] > 0
 
 
 def test_steps_generate_greedy_tokens(worker) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aioengine.messages.engine_io import EngineStats
+from aioengine.messages.engine_io import EngineStats, ProcessMemory
 
 _SUMMED = ("num_running", "num_waiting", "num_preempted_total", "kv_blocks_used",
            "kv_blocks_total", "prompt_tokens_total", "generation_tokens_total",
-           "num_requests_finished_total")
+           "num_requests_finished_total", "kv_bytes_reserved", "kv_bytes_used",
+           "kv_bytes_prefix_cached")
 
 
 def total_stats(per_replica: Sequence[EngineStats | None]) -> EngineStats:
@@ -19,6 +20,8 @@ def total_stats(per_replica: Sequence[EngineStats | None]) -> EngineStats:
     prompt = sums["prompt_tokens_total"]
     rate = (sum(s.prefix_cache_hit_rate * s.prompt_tokens_total for s in live) / prompt
             if prompt else 0.0)
-    return EngineStats(**sums, prefix_cache_hit_rate=rate,
+    processes = [ProcessMemory(role=f"replica{i}/{p.role}", pid=p.pid, rss_bytes=p.rss_bytes)
+                 for i, s in enumerate(per_replica) if s is not None for p in s.processes]
+    return EngineStats(**sums, prefix_cache_hit_rate=rate, processes=processes,
                        data_parallel_size=len(per_replica), replicas_alive=len(live),
                        replicas=list(per_replica))

@@ -14,6 +14,12 @@ class ExecutorInfo:
 
     num_kv_blocks: int
     """KV blocks every rank holds (the smallest over ranks)."""
+    kv_bytes_per_block: int = 0
+    """Bytes one KV block takes, summed over the ranks (0: not known)."""
+    kv_sized_by: str = ""
+    """What decided the block count (rank 0's words), for the log and ``engine_info``."""
+    kv_dtype: str = ""
+    """What a KV block stores (``float16``, ...)."""
     kv_window: int | None = None
     """Sliding window of every attention layer, when all have one: a sequence's KV blocks that
     fall wholly before it are never read again and are freed."""
@@ -35,6 +41,10 @@ class Executor(abc.ABC):
         """True when the model computes on the CPU in the calling thread (uniproc on CPU): the
         engine's Python threads then compete with it for the GIL."""
         return False
+
+    def process_ids(self) -> dict[str, int]:
+        """``{name: pid}`` of the processes the executor started (none for uniproc)."""
+        return {}
 
     @abc.abstractmethod
     def start(self) -> ExecutorInfo:

@@ -99,8 +99,16 @@ class MultiprocExecutor(Executor):
         if len(blocks) != 1:
             self.shutdown()
             raise ExecutorError(f"workers disagree on the KV block count: {sorted(blocks)}")
-        return ExecutorInfo(num_kv_blocks=blocks.pop(), kv_window=ready[worker_name(0)].get(
-            "kv_window"))
+        first = ready[worker_name(0)]
+        return ExecutorInfo(num_kv_blocks=blocks.pop(), kv_window=first.get("kv_window"),
+                            kv_bytes_per_block=sum(ready[worker_name(r)].get(
+                                "kv_bytes_per_block", 0) for r in range(n)),
+                            kv_sized_by=first.get("kv_sized_by", ""),
+                            kv_dtype=first.get("kv_dtype", ""))
+
+    def process_ids(self) -> dict[str, int]:
+        sup = self._supervisor
+        return {} if sup is None else {name: sup.pid(name) for name in sup.names}
 
     def _on_death(self, name: str, exitcode: int | None) -> None:
         self._dead = f"worker {name} died ({describe_exitcode(exitcode)})"

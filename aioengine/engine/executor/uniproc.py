@@ -25,7 +25,10 @@ class UniprocExecutor(Executor):
         self.runner = ModelRunner(self.config, rank=0, world_size=1)
         blocks = self.runner.plan_kv_blocks()
         self.runner.allocate_kv_cache(blocks)
-        return ExecutorInfo(num_kv_blocks=blocks, kv_window=self.runner.kv_window)
+        return ExecutorInfo(num_kv_blocks=blocks, kv_window=self.runner.kv_window,
+                            kv_bytes_per_block=self.runner.kv_bytes_per_block,
+                            kv_sized_by=self.runner.kv_sized_by,
+                            kv_dtype=str(self.runner.kv_dtype).removeprefix("torch."))
 
     @property
     def computes_here_on_cpu(self) -> bool:
