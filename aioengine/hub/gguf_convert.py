@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from aioengine.hub.gguf_families import ARCHITECTURES, family_config
+from aioengine.hub.gguf_families import ARCHITECTURES, OWN_BASE, base_config, family_config
 from aioengine.hub.gguf_types import SUPPORTED_TYPES, unsupported_types
 
 
@@ -36,13 +36,14 @@ def write(path: str, out_dir: str) -> None:
     if bad:
         raise ValueError(f"tensor type(s) {bad} are not supported; supported: "
                          f"{list(SUPPORTED_TYPES)}")
-    parsed = load_gguf_checkpoint(path, return_tensors=False)
 
     def field(key: str) -> Any:
         found = reader.fields.get(key)
         return None if found is None else found.contents()
 
-    config = family_config(arch, field, {t.name: t for t in reader.tensors}, parsed["config"])
+    base = (base_config(arch, field) if arch in OWN_BASE
+            else load_gguf_checkpoint(path, return_tensors=False)["config"])
+    config = family_config(arch, field, {t.name: t for t in reader.tensors}, base)
     architecture, tokenizer_dict, tokenizer_config = get_gguf_tokenizer(path)
     fast, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
     vocab = fast.get_vocab(with_added_tokens=True)

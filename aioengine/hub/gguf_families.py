@@ -23,8 +23,20 @@ ARCHITECTURES = {
     "qwen3moe": "Qwen3MoeForCausalLM",
     "gemma3": "Gemma3ForCausalLM",
     "phi3": "Phi3ForCausalLM",
+    "smollm3": "SmolLM3ForCausalLM",
 }
 _MODEL_TYPES = {"qwen3moe": "qwen3_moe", "gemma3": "gemma3_text"}
+# Architectures transformers' GGUF mapping does not read: ``base_config`` reads them.
+OWN_BASE = ("smollm3",)
+# llama.cpp's fixed NoPE step for SmolLM3 (src/models/smollm3.cpp): every 4th layer.
+SMOLLM3_NO_ROPE_STEP = 4
+_BASE_KEYS = {"context_length": "max_position_embeddings", "block_count": "num_hidden_layers",
+              "feed_forward_length": "intermediate_size", "embedding_length": "hidden_size",
+              "rope.freq_base": "rope_theta", "attention.head_count": "num_attention_heads",
+              "attention.head_count_kv": "num_key_value_heads",
+              "attention.layer_norm_rms_epsilon": "rms_norm_eps"}
+_TOKEN_IDS = {"bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id",
+              "padding_token_id": "pad_token_id"}
 
 # llama.cpp's defaults for keys a Gemma 3 file may leave out (src/models/gemma3.cpp).
 GEMMA3_SWA_PATTERN = 6
@@ -58,8 +70,25 @@ def family_config(arch: str, field: Field, tensors: dict[str, Any],
         out.update(_gemma3(field, out))
     elif arch == "phi3":
         out.update(_phi3(field, tensors, out))
+    elif arch == "smollm3":
+        out.update(no_rope_layer_interval=SMOLLM3_NO_ROPE_STEP, use_sliding_window=False)
     out["architectures"] = [name]
     out["model_type"] = out.get("model_type") if arch == "llama" else _MODEL_TYPES.get(arch, arch)
+    return out
+
+
+def base_config(arch: str, field: Field) -> dict[str, Any]:
+    """The shared keys, for an architecture transformers' GGUF mapping lacks (``OWN_BASE``),
+    read as that mapping reads them for the others."""
+    out: dict[str, Any] = {"model_type": arch}
+    for key, name in _BASE_KEYS.items():
+        value = field(f"{arch}.{key}")
+        if value is not None:
+            out[name] = value
+    for key, name in _TOKEN_IDS.items():
+        value = field(f"tokenizer.ggml.{key}")
+        if value is not None:
+            out[name] = int(value)
     return out
 
 

@@ -40,6 +40,8 @@ CASES: dict[str, dict[str, Any]] = {
     "phi3": {},
     # Mixtral is written as a `llama` file with stacked experts and permuted q/k rows.
     "mixtral": {},
+    # SmolLM3: llama.cpp skips rotary on every 4th layer (its fixed step): layer 3 of 4 NoPE.
+    "smollm3": dict(num_hidden_layers=4, no_rope_layer_interval=4),
 }
 
 

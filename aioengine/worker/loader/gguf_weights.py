@@ -32,7 +32,7 @@ from aioengine.worker.parallel.weights import check_shape
 logger = logging.getLogger(__name__)
 
 # GGUF architectures whose q/k rows llama.cpp's converter permutes (as transformers undoes).
-_PERMUTED_QK = ("llama",)
+_PERMUTED_QK = ("llama", "smollm3")
 # Tensors the converter stores but the config already determines (Llama 3 RoPE frequencies;
 # Phi-3's longrope factors, read into the config by aioengine.hub.gguf_families).
 _DERIVED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
