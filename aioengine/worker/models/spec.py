@@ -84,7 +84,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
                 "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
                 "max_position_embeddings": 32768, "head_dim": None, "mlp_bias": False,
                 "tie_word_embeddings": True, "use_sliding_window": False,
-                "sliding_window": None, "no_rope_layer_interval": 4},
+                "sliding_window": None, "no_rope_layer_interval": 4, "rope_theta": 2e6},
     "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
              "num_key_value_heads": None, "max_position_embeddings": 4096, "head_dim": None,
              "rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096},
