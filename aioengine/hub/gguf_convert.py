@@ -17,21 +17,8 @@ import os
 import sys
 from typing import Any
 
+from aioengine.hub.gguf_families import ARCHITECTURES, OWN_BASE, base_config, family_config
 from aioengine.hub.gguf_types import SUPPORTED_TYPES, unsupported_types
-
-# GGUF ``general.architecture`` / transformers ``model_type`` -> the HF architecture class name
-# our ModelSpec reads. Only architectures whose tensor layout our loader maps are listed.
-ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
-
-
-def hf_config(parsed: dict[str, Any], arch: str) -> dict[str, Any]:
-    config = {k: v for k, v in parsed.items() if not k.startswith("_")}
-    config["architectures"] = [ARCHITECTURES[arch]]
-    return config
 
 
 def write(path: str, out_dir: str) -> None:
@@ -40,8 +27,8 @@ def write(path: str, out_dir: str) -> None:
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     reader = gguf.GGUFReader(path)
-    field = reader.fields.get("general.architecture")
-    arch = field.contents() if field is not None else None
+    arch_field = reader.fields.get("general.architecture")
+    arch = arch_field.contents() if arch_field is not None else None
     if arch not in ARCHITECTURES:  # before transformers, whose errors say less
         raise ValueError(f"GGUF architecture {arch!r} is not supported; supported: "
                          f"{sorted(ARCHITECTURES)}")
@@ -49,16 +36,22 @@ def write(path: str, out_dir: str) -> None:
     if bad:
         raise ValueError(f"tensor type(s) {bad} are not supported; supported: "
                          f"{list(SUPPORTED_TYPES)}")
-    parsed = load_gguf_checkpoint(path, return_tensors=False)
-    config = hf_config(parsed["config"], arch)
-    key_length = reader.fields.get(f"{arch}.attention.key_length")
-    if key_length is not None:  # transformers' qwen2/qwen3 mapping drops it (llama.cpp's is it)
-        config["head_dim"] = int(key_length.contents())
+
+    def field(key: str) -> Any:
+        found = reader.fields.get(key)
+        return None if found is None else found.contents()
+
+    base = (base_config(arch, field) if arch in OWN_BASE
+            else load_gguf_checkpoint(path, return_tensors=False)["config"])
+    config = family_config(arch, field, {t.name: t for t in reader.tensors}, base)
     architecture, tokenizer_dict, tokenizer_config = get_gguf_tokenizer(path)
     fast, _ = convert_gguf_tokenizer(architecture, tokenizer_dict)
-    fast.save(os.path.join(out_dir, "tokenizer.json"))
     vocab = fast.get_vocab(with_added_tokens=True)
     by_id = {i: t for t, i in vocab.items()}
+    bos_id = tokenizer_dict.get("bos_token_id")
+    if tokenizer_config.get("add_bos_token") and isinstance(bos_id, int) and bos_id in by_id:
+        add_bos(fast, by_id[bos_id], bos_id)
+    fast.save(os.path.join(out_dir, "tokenizer.json"))
     tok_config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast",
                                   "clean_up_tokenization_spaces": False,
                                   "model_max_length": config.get("max_position_embeddings")}
@@ -75,6 +68,20 @@ def write(path: str, out_dir: str) -> None:
     generation["eos_token_id"] = end_ids(reader, config)
     _dump(out_dir, "generation_config.json", generation)
     _dump(out_dir, "config.json", config)
+
+
+def add_bos(fast: Any, bos: str, bos_id: int) -> None:
+    """A file that says ``add_bos_token``: encoding a prompt prepends BOS, as llama.cpp does
+    (and transformers' tokenizer from the file). The engine encodes with ``tokenizers`` alone,
+    so the rule goes into tokenizer.json itself; chat prompts are encoded without special
+    tokens (their template writes BOS)."""
+    from tokenizers import processors
+
+    template = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                             special_tokens=[(bos, bos_id)])
+    existing = fast.post_processor
+    fast.post_processor = (template if existing is None
+                           else processors.Sequence([existing, template]))
 
 
 def end_ids(reader: Any, config: dict[str, Any]) -> list[int]:

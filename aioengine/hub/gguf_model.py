@@ -19,7 +19,7 @@ from aioengine.hub.cache import ensure_dir
 
 GGUF_SUFFIX = ".gguf"
 POINTER_FILE = "gguf_file.json"  # {"path": the GGUF file} inside the cache entry
-CONVERT_VERSION = 1
+CONVERT_VERSION = 2  # 2: per-family configs (gguf_families)
 CONVERT_TIMEOUT = 300.0
 
 

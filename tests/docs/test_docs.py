@@ -247,3 +247,15 @@ def test_every_environment_variable_the_code_reads_is_documented() -> None:
     documented = set(ENV_NAME.findall(section))
     assert code - documented == set(), "read by the code, missing from docs/operations.md"
     assert documented - code == set(), "documented, read by no code"
+
+
+def test_model_family_tables_list_every_supported_architecture() -> None:
+    """docs/models.md's tables of families: every HF architecture the engine reads, and every
+    GGUF architecture it maps, no more and no fewer."""
+    from aioengine.hub.gguf_families import ARCHITECTURES
+    from aioengine.worker.models.spec import SUPPORTED_ARCHITECTURES
+
+    hf = table_column("models.md", "## Architectures", r"`(\w+ForCausalLM)`")
+    assert hf == set(SUPPORTED_ARCHITECTURES)
+    gguf = table_column("models.md", "### From GGUF files", r"`([a-z0-9]+)`")
+    assert gguf == set(ARCHITECTURES)

@@ -34,17 +34,22 @@ def test_unsupported_tensor_type_is_named(tmp_path, smollm2_file: str) -> None:
 
 
 def test_unsupported_architecture_is_named(tmp_path) -> None:
-    path = str(tmp_path / "gemma.gguf")
-    writer = gguf.GGUFWriter(path, "gemma3")
+    path = str(tmp_path / "oss.gguf")
+    writer = gguf.GGUFWriter(path, "gpt-oss")
     writer.add_block_count(1)
     writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(ValueError, match=r"GGUF architecture 'gemma3' is not supported; "
-                                         r"supported: \['llama', 'qwen2', 'qwen3'\]"):
+    supported = (r"supported: \['gemma3', 'llama', 'phi3', 'qwen2', 'qwen3', 'qwen3moe', "
+                 r"'smollm3'\]")
+    with pytest.raises(ValueError, match=r"GGUF architecture 'gpt-oss' is not supported; "
+                                         + supported):
         resolve_model(path)
+    with pytest.raises(EngineStartupError, match=r"GGUF architecture 'gpt-oss' is not "
+                                                 r"supported; " + supported):
+        LLM(EngineConfig(model=path))
 
 
 def test_missing_and_unexpected_tensors_are_named(tmp_path, smollm2_file: str) -> None:

@@ -15,6 +15,7 @@ from transformers import (
     Qwen2Config,
     Qwen3Config,
     Qwen3MoeConfig,
+    SmolLM3Config,
 )
 
 _BASE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -60,6 +61,11 @@ VARIANTS: dict[str, tuple[type, dict[str, Any]]] = {
         sliding_window=6, sliding_window_pattern=2, rope_theta=5000.0,
         rope_local_base_freq=100.0, final_logit_softcapping=20.0, query_pre_attn_scalar=24,
         tie_word_embeddings=True)),
+    # SmolLM3: layer 1 of 3 is NoPE (no rotary embedding), tied, as SmolLM3-3B's 1 in 4.
+    "smollm3": (SmolLM3Config, dict(_BASE, architectures=["SmolLM3ForCausalLM"],
+                                    num_hidden_layers=3, no_rope_layer_interval=2,
+                                    tie_word_embeddings=True, pad_token_id=None,
+                                    bos_token_id=None, eos_token_id=None)),
     # Phi-4-mini style: longrope with 3/4 of each head rotated; original context 128 (the
     # parity schedule stays on the short factors; test_phi3_longrope crosses it).
     "phi3": (Phi3Config, dict(

@@ -31,6 +31,11 @@ RAW_CONFIGS: dict[str, dict] = {
     **{f"small-{t}": {"model_type": t, "architectures": [a], **_SMALL,
                       **({} if t == "llama" else {"num_key_value_heads": 2})}
        for t, a in _ARCH.items()},
+    "bare-smollm3": {"model_type": "smollm3", "architectures": ["SmolLM3ForCausalLM"]},
+    # SmolLM3 with a window: transformers puts it on the NoPE layers only.
+    "smollm3-window": {"model_type": "smollm3", "architectures": ["SmolLM3ForCausalLM"],
+                       **_SMALL, "num_hidden_layers": 4, "no_rope_layer_interval": 2,
+                       "use_sliding_window": True, "sliding_window": 8},
     "qwen2-kv-default": {"model_type": "qwen2", "architectures": [_ARCH["qwen2"]], **_SMALL,
                          "num_attention_heads": 64, "hidden_size": 2048},
     "qwen3-null-kv-heads": {"model_type": "qwen3", "architectures": [_ARCH["qwen3"]], **_SMALL,
@@ -272,6 +277,30 @@ _MOE = {"architectures": ["Qwen3MoeForCausalLM"], **_SMALL, "num_key_value_heads
 def test_bad_moe_values_are_named(changes, message):
     with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
         ModelSpec.from_config_dict({**_MOE, **changes}, source="cfg.json")
+
+
+_SMOL = {"architectures": ["SmolLM3ForCausalLM"], **_SMALL}
+
+
+def test_smollm3_nope_layers() -> None:
+    layers = _SMALL["num_hidden_layers"]
+    spec = ModelSpec.from_config_dict({**_SMOL, "no_rope_layer_interval": 2})
+    assert spec.nope_layers == tuple(range(1, layers, 2)) and spec.window_layers == ()
+    flags = [1] * layers
+    flags[0] = 0
+    spec = ModelSpec.from_config_dict({**_SMOL, "no_rope_layers": flags,
+                                       "use_sliding_window": True, "sliding_window": 8})
+    assert spec.nope_layers == (0,) and spec.window_layers == (0,)  # NoPE layers slide
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"no_rope_layer_interval": 0}, r"'no_rope_layer_interval' must be a positive integer"),
+    ({"no_rope_layers": [1]}, r"'no_rope_layers' must list \d+ flags \(1: rotary, 0: none\)"),
+    ({"no_rope_layers": "1"}, r"'no_rope_layers' must list"),
+])
+def test_bad_smollm3_values_are_named(changes, message):
+    with pytest.raises(ValueError, match=r"^cfg\.json: " + message):
+        ModelSpec.from_config_dict({**_SMOL, **changes}, source="cfg.json")
 
 
 def _raw(**changes) -> dict:

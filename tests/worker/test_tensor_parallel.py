@@ -13,7 +13,7 @@ from tests.worker.tp_child import all_logits, tp2_logits
 
 VARIANTS = [("llama", {}), ("qwen2", {"num_key_value_heads": 2, "vocab_size": 255}),
             ("qwen3-moe", {}), ("phi3", {"num_key_value_heads": 2}), ("mistral", {}),
-            ("gemma3", {})]
+            ("gemma3", {}), ("smollm3", {})]
 
 
 def test_tp2_matches_tp1(tmp_path):

@@ -51,6 +51,8 @@ def uncovered(model: DecoderModel) -> str | None:
         return "q/k norms, sandwich norms or MoE layers"
     if spec.hidden_act != "silu":
         return f"activation {spec.hidden_act}"
+    if spec.nope_layers:
+        return "NoPE layers (no rotary embedding)"
     return None
 
 

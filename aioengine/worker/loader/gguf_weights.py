@@ -9,11 +9,17 @@ llama.cpp's converter permutes the rows of Llama's q and k projections (its RoPE
 adjacent dimensions, Hugging Face's pairs the two halves of a head); the source undoes that by
 reading rows in the inverse order, for raw blocks too, so a layer that keeps weights quantized
 (``raw_rows``) gets Hugging Face's row order as well.
+
+Per family (as llama.cpp's converter writes them): experts are stacked in one 3-D tensor per
+projection (``ffn_gate_exps``: experts x rows x cols), of which each HF expert tensor is one
+slab; Gemma 3's norms are stored with the 1 of its ``(1 + w)`` already added; Phi-3's fused
+qkv and gate/up tensors are stored fused, as in its HF checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import numpy as np
@@ -26,9 +32,14 @@ from aioengine.worker.parallel.weights import check_shape
 logger = logging.getLogger(__name__)
 
 # GGUF architectures whose q/k rows llama.cpp's converter permutes (as transformers undoes).
-_PERMUTED_QK = ("llama",)
-# Tensors the converter stores but the config already determines (Llama 3 RoPE frequencies).
-_DERIVED = ("rope_freqs.weight",)
+_PERMUTED_QK = ("llama", "smollm3")
+# Tensors the converter stores but the config already determines (Llama 3 RoPE frequencies;
+# Phi-3's longrope factors, read into the config by aioengine.hub.gguf_families).
+_DERIVED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+# Architectures whose files store RMSNorm weights as 1 + w (llama.cpp's Gemma3Model.norm_shift).
+_NORM_SHIFTED = ("gemma3",)
+# An HF per-expert tensor: the GGUF name is that of the stacked experts (index dropped).
+_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(\w+\.weight)$")
 _FLOAT_TYPES = {"F32": np.float32, "F16": np.float16}
 
 
@@ -37,12 +48,19 @@ class GGUFTensorSource:
     ``src[:, a:b]`` (columns of all rows) and ``src[:]`` give float32 tensors in Hugging
     Face's layout (out_features, in_features); ``raw_rows`` gives the stored blocks."""
 
-    def __init__(self, tensor: Any, row_order: np.ndarray | None = None) -> None:
+    def __init__(self, tensor: Any, row_order: np.ndarray | None = None,
+                 expert: int | None = None, shift: float = 0.0) -> None:
         self.name: str = tensor.name
         self.qtype = tensor.tensor_type
         self._data = tensor.data  # numpy memmap: float rows, or uint8 rows of blocks
-        self._shape = tuple(int(d) for d in reversed(tensor.shape))  # ggml's ne is reversed
+        shape = tuple(int(d) for d in reversed(tensor.shape))  # ggml's ne is reversed
+        if expert is not None:  # one slab of stacked experts (experts, rows, cols)
+            if len(shape) != 3 or not 0 <= expert < shape[0]:
+                raise ValueError(f"GGUF tensor {self.name}: expert {expert} of shape {shape}")
+            self._data, shape = self._data[expert], shape[1:]
+        self._shape = shape
         self._row_order = row_order  # HF row i is file row row_order[i]
+        self._shift = shift  # added to every value (Gemma 3's stored 1 + w norms: -1)
 
     def get_shape(self) -> tuple[int, ...]:
         return self._shape
@@ -55,7 +73,8 @@ class GGUFTensorSource:
         return self._data[self._row_order[start:start + length]]
 
     def __getitem__(self, key: Any) -> torch.Tensor:
-        rows, cols = (key if isinstance(key, tuple) else (key, slice(None)))
+        parts = key if isinstance(key, tuple) else (key,)  # src[a:b], src[(a:b,)], src[:, a:b]
+        rows, cols = (*parts, slice(None))[:2] if len(parts) <= 2 else (None, None)
         if not isinstance(rows, slice) or not isinstance(cols, slice) or rows.step not in (None,
                                                                                            1):
             raise TypeError(f"GGUF tensor {self.name}: only [rows] and [:, cols] slices, got "
@@ -69,7 +88,9 @@ class GGUFTensorSource:
         if len(self._shape) > 1:
             values = values[:, cols]
         out = np.ascontiguousarray(values, dtype=np.float32)
-        if not out.flags.writeable:  # still a view of the read-only map (F32 tensors)
+        if self._shift:
+            out = out + np.float32(self._shift)
+        elif not out.flags.writeable:  # still a view of the read-only map (F32 tensors)
             out = out.copy()
         return torch.from_numpy(out)
 
@@ -112,8 +133,10 @@ def gguf_sources(reader: Any, model: CausalLM) -> dict[str, GGUFTensorSource]:
                          f"{list(SUPPORTED_TYPES)}")
     sources: dict[str, GGUFTensorSource] = {}
     missing: list[str] = []
-    for hf_name in model.weight_targets():
-        gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+    for hf_name, target in model.weight_targets().items():
+        expert = _EXPERT.match(hf_name)
+        lookup = f"{expert[1]}.{expert[3]}" if expert else hf_name
+        gguf_name = names.get_name(lookup, try_suffixes=(".weight", ".bias"))
         if gguf_name is None or gguf_name not in tensors:
             missing.append(f"{hf_name} ({gguf_name or 'no GGUF name'})")
             continue
@@ -122,7 +145,9 @@ def gguf_sources(reader: Any, model: CausalLM) -> dict[str, GGUFTensorSource]:
         if arch_name in _PERMUTED_QK and (".attn_q." in gguf_name or ".attn_k." in gguf_name):
             heads = spec.num_heads if ".attn_q." in gguf_name else spec.num_kv_heads
             order = qk_row_order(int(tensor.shape[-1]), heads)
-        sources[hf_name] = GGUFTensorSource(tensor, order)
+        shift = -1.0 if arch_name in _NORM_SHIFTED and target.is_norm else 0.0
+        sources[hf_name] = GGUFTensorSource(tensor, order, int(expert[2]) if expert else None,
+                                            shift)
     if missing:
         shown = ", ".join(missing[:5]) + (f" (and {len(missing) - 5} more)"
                                           if len(missing) > 5 else "")

@@ -100,8 +100,9 @@ class _Rows:
 
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, tp: TPInfo, dtype: torch.dtype,
-                 device: torch.device | str) -> None:
+                 device: torch.device | str, rope: bool = True) -> None:
         super().__init__()
+        self.rope = rope  # False: a NoPE layer (SmolLM3), q and k are not rotated
         d = spec.head_dim
         self.qkv_proj = QKVParallelLinear(spec.hidden_size, d, spec.num_heads, spec.num_kv_heads,
                                           spec.qkv_bias, tp, dtype, device)
@@ -120,7 +121,10 @@ class Attention(nn.Module):
         t, d, hq, hkv = h.shape[0], self.head_dim, self.num_heads, self.num_kv_heads
         qkv = self.qkv_proj(h)
         v = qkv[:, (hq + hkv) * d:].view(t, hkv, d)
-        if self.q_norm is not None and self.k_norm is not None:
+        if not self.rope:
+            q = qkv[:, :hq * d].view(t, hq, d)
+            k = qkv[:, hq * d:(hq + hkv) * d].view(t, hkv, d)
+        elif self.q_norm is not None and self.k_norm is not None:
             q = apply_rope(self.q_norm(qkv[:, :hq * d].view(t, hq, d)), cos, sin)
             k = apply_rope(self.k_norm(qkv[:, hq * d:(hq + hkv) * d].view(t, hkv, d)), cos, sin)
         else:  # q and k are adjacent in the fused output: rotate both in one go
@@ -155,7 +159,7 @@ class DecoderLayer(nn.Module):
             return RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device, spec.norm_offset)
 
         self.input_layernorm = norm()
-        self.self_attn = Attention(spec, tp, dtype, device)
+        self.self_attn = Attention(spec, tp, dtype, device, index not in spec.nope_layers)
         self.post_attention_layernorm = norm()
         # Gemma 3: post_attention_layernorm normalises the attention output; these two wrap
         # the MLP.

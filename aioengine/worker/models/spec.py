@@ -28,12 +28,13 @@ from aioengine.worker.models.spec_families import (
     MOE_FAMILIES,
     gemma3_fields,
     moe_fields,
+    nope_layers,
     window_fields,
 )
 from aioengine.worker.parallel.state import divide
 
 # Families whose attention_bias flag is honoured (Qwen2: always biased q/k/v).
-_ATTN_BIAS = ("llama", "qwen3", "qwen3_moe", "gemma3")
+_ATTN_BIAS = ("llama", "qwen3", "qwen3_moe", "gemma3", "smollm3")
 
 __all__ = ["DEFAULT_ROPE_THETA", "ROPE_TYPES", "SUPPORTED_ARCHITECTURES", "ModelSpec", "RopeSpec",
            "family_of", "rope_spec"]
@@ -48,10 +49,11 @@ SUPPORTED_ARCHITECTURES = {
     "Phi3ForCausalLM": "phi3",
     "MistralForCausalLM": "mistral",
     "Gemma3ForCausalLM": "gemma3",
+    "SmolLM3ForCausalLM": "smollm3",
 }
 _MODEL_TYPES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe",
                 "mixtral": "mixtral", "phi3": "phi3", "mistral": "mistral",
-                "gemma3_text": "gemma3"}
+                "gemma3_text": "gemma3", "smollm3": "smollm3"}
 
 _QWEN = {"vocab_size": 151936, "intermediate_size": 22016, "num_key_value_heads": 32,
          "max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096,
@@ -78,6 +80,11 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
                "sliding_window": 4096, "query_pre_attn_scalar": 256, "rope_theta": 1e6,
                "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
                "hidden_activation": "gelu_pytorch_tanh"},
+    "smollm3": {"vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 11008,
+                "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
+                "max_position_embeddings": 32768, "head_dim": None, "mlp_bias": False,
+                "tie_word_embeddings": True, "use_sliding_window": False,
+                "sliding_window": None, "no_rope_layer_interval": 4, "rope_theta": 2e6},
     "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
              "num_key_value_heads": None, "max_position_embeddings": 4096, "head_dim": None,
              "rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096},
@@ -133,6 +140,8 @@ class ModelSpec:
     attn_scale: float | None = None
     local_rope: RopeSpec | None = None
     final_logit_softcapping: float | None = None
+    # SmolLM3: the layers whose attention applies no rotary embedding (NoPE).
+    nope_layers: tuple[int, ...] = ()
 
     @property
     def all_layers_windowed(self) -> bool:
@@ -228,6 +237,7 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
     attention_bias = bool(get("attention_bias"))
     dtype = get("dtype") or get("torch_dtype")
     moe = moe_fields(get, family, source) if family in MOE_FAMILIES else {}
+    nope = {"nope_layers": nope_layers(get, source)} if family == "smollm3" else {}
     return ModelSpec(
         family=family,
         vocab_size=get("vocab_size"),
@@ -243,10 +253,11 @@ def _build(get: Getter, family: str, source: str) -> ModelSpec:
                                                   get("hidden_size") // heads),
         qkv_bias=True if family == "qwen2" else attention_bias and family in _ATTN_BIAS,
         o_bias=attention_bias and family in _ATTN_BIAS,
-        mlp_bias=bool(get("mlp_bias")) if family == "llama" else False,
+        mlp_bias=bool(get("mlp_bias")) if family in ("llama", "smollm3") else False,
         qk_norm=extra.pop("qk_norm", family in ("qwen3", "qwen3_moe")),
         tie_word_embeddings=bool(get("tie_word_embeddings")),
         checkpoint_dtype=None if dtype is None else str(dtype).removeprefix("torch."),
         **moe,
+        **nope,
         **(extra or window_fields(get, family, source)),
     )

@@ -1,4 +1,5 @@
-"""Per-family config readers: mixture-of-experts settings, sliding-window layers, Gemma 3."""
+"""Per-family config readers: mixture-of-experts settings, sliding-window layers, Gemma 3,
+SmolLM3's NoPE layers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ MOE_FAMILIES = ("qwen3_moe", "mixtral")
 def window_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
     """The sliding window and its layers, as transformers reads them per family."""
     layers = get("num_hidden_layers")
-    if family in ("qwen2", "qwen3", "qwen3_moe") and not get("use_sliding_window"):
+    if family in ("qwen2", "qwen3", "qwen3_moe", "smollm3") and not get("use_sliding_window"):
         return {}
     window = get("sliding_window")
     if window is None or family == "llama":
@@ -21,9 +22,12 @@ def window_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
     if not _is_int(window) or window < 1:
         raise ValueError(f"{source}: 'sliding_window' must be a positive integer or null, got "
                          f"{window!r}")
-    if family not in ("qwen2", "qwen3"):
+    if family not in ("qwen2", "qwen3", "smollm3"):
         return {"sliding_window": window, "window_layers": tuple(range(layers))}
     types = get("layer_types")
+    if types is None and family == "smollm3":  # as SmolLM3Config: the NoPE layers slide
+        nope = nope_layers(get, source)
+        types = ["sliding_attention" if i in nope else "full_attention" for i in range(layers)]
     if types is None:
         first = get("max_window_layers")
         if not _is_int(first) or first < 0:
@@ -39,6 +43,23 @@ def window_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
             "window_layers": tuple(i for i, t in enumerate(types) if t == "sliding_attention")}
 
 
+
+
+def nope_layers(get: Getter, source: str) -> tuple[int, ...]:
+    """SmolLM3: the layers without rotary embeddings, from ``no_rope_layers`` (1 = rotary,
+    per layer) or else every ``no_rope_layer_interval``-th layer, as SmolLM3Config."""
+    layers, flags = get("num_hidden_layers"), get("no_rope_layers")
+    if flags is None:
+        step = get("no_rope_layer_interval")
+        if not _is_int(step) or step < 1:
+            raise ValueError(f"{source}: 'no_rope_layer_interval' must be a positive integer, "
+                             f"got {step!r}")
+        flags = [int((i + 1) % step != 0) for i in range(layers)]
+    if (not isinstance(flags, list | tuple) or len(flags) != layers
+            or not all(f in (0, 1) and not isinstance(f, float) for f in flags)):
+        raise ValueError(f"{source}: 'no_rope_layers' must list {layers} flags (1: rotary, "
+                         f"0: none), got {flags!r}")
+    return tuple(i for i, f in enumerate(flags) if not f)
 
 
 def moe_fields(get: Getter, family: str, source: str) -> dict[str, Any]:
