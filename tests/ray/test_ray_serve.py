@@ -66,6 +66,7 @@ def test_deployment_checks_its_arguments() -> None:
         deployment(EngineConfig(data_parallel_size=2))
 
 
+@pytest.mark.timeout(1200)  # two replicas' engines start beside Ray's processes (see above)
 def test_the_ray_serve_example_runs_as_written(cluster: Any) -> None:
     import subprocess
     import sys
@@ -75,7 +76,7 @@ def test_the_ray_serve_example_runs_as_written(cluster: Any) -> None:
     env = dict(os.environ, PYTHONPATH=ROOT)
     r = subprocess.run([sys.executable, os.path.join("examples", "ray_serve_app.py"),
                         "--address", cluster.address], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env=env)
+                       text=True, timeout=1100, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     # (Ray's own processes may log to stdout too: only the example's answers are checked.)
     lines = [line for line in r.stdout.splitlines() if line.startswith("'What is")]
