@@ -69,10 +69,19 @@ def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
     try:
         return decoder.decode(body)
     except msgspec.DecodeError as e:
-        raise from_decode_error(e) from e
-    except UnicodeDecodeError as e:  # msgspec raises this, not DecodeError, inside a string
-        raise ApiError(400, f"request body is not valid UTF-8: byte 0x{body[e.start]:02x} at "
-                       f"offset {e.start}", code="invalid_json") from e
+        # msgspec 0.23 says only "Invalid UTF-8 encoded string": name the byte and offset
+        raise (_not_utf8(body) or from_decode_error(e)) from e
+    except UnicodeDecodeError as e:  # msgspec before 0.23 raised this inside a string
+        raise _not_utf8(body) or from_decode_error(msgspec.DecodeError(str(e))) from e
+
+
+def _not_utf8(body: bytes) -> ApiError | None:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return ApiError(400, f"request body is not valid UTF-8: byte 0x{body[e.start]:02x} at "
+                        f"offset {e.start}", code="invalid_json")
+    return None
 
 
 def _too_large(size: str, limit: int) -> ApiError:

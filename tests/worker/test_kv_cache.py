@@ -70,11 +70,14 @@ def test_cpu_cache_is_resident_at_allocation_and_freed_with_it():
     before = _rss_bytes()
     caches = allocate_kv_cache(config, blocks, 16, torch.float32, "cpu")
     assert sum(c.numel() * c.element_size() for c in caches) == blocks * per >= 250 * MiB
-    assert _rss_bytes() - before >= 250 * MiB  # every page committed now, not on first use
+    allocated = _rss_bytes()
+    assert allocated - before >= 250 * MiB  # every page committed now, not on first use
     assert all(not c.any() for c in caches)
     for c in caches:
         c[:, :, : blocks // 2] = 1.5
-    assert _rss_bytes() - before < 300 * MiB  # writing adds nothing: it was all there
+    # Writing half the cache adds nothing (a lazy cache would grow by ~128 MiB here); the
+    # slack is for what the write itself may start (torch's thread pool, its stacks).
+    assert _rss_bytes() - allocated < 64 * MiB
     del caches, c
     gc.collect()
     assert _rss_bytes() - before < 32 * MiB
