@@ -29,19 +29,16 @@ def cluster() -> Iterator[Any]:
     with pytest.MonkeyPatch.context() as env:
         for name, value in SERVE_PROXY_WAITS.items():
             env.setenv(name, value)
-        yield from _cluster(Cluster)
-
-
-def _cluster(cluster_class: Any) -> Iterator[Any]:
-    # No fixed dashboard ports: another test run (an xdist worker's cluster) may hold 8265/52365,
-    # and a head without its dashboard fails the state API the tests check leftovers with.
-    c = cluster_class(initialize_head=True, head_node_args={"num_cpus": 1, "dashboard_port": None,
-                                                      "dashboard_agent_listen_port": None})
-    c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    ray.init(address=c.address, logging_level="warning", log_to_driver=False)
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
+        # No fixed dashboard ports: another test run (an xdist worker's cluster) may hold
+        # 8265/52365, and a head without its dashboard fails the state API the tests check
+        # leftovers with.
+        c = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "dashboard_port": None, "dashboard_agent_listen_port": None})
+        c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        ray.init(address=c.address, logging_level="warning", log_to_driver=False)
+        try:
+            yield c
+        finally:
+            ray.shutdown()
+            c.shutdown()
