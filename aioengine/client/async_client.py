@@ -26,6 +26,14 @@ from aioengine.client.dp.launch import launch_replicas
 from aioengine.client.dp.replica_calls import on_replica_dead
 from aioengine.client.dp.replicas import build_replicas, close_all_sync, weak_callback
 from aioengine.client.dp.router import PrefixRouter
+from aioengine.client.embed import (
+    EmbeddingModel,
+    EmbeddingOutput,
+    EmbedInput,
+    check_dimensions,
+    embedding_token_ids,
+    shorten,
+)
 from aioengine.client.engine_link import EngineLink
 from aioengine.client.inputs import (
     Prompt,
@@ -43,6 +51,7 @@ from aioengine.client.request_state import RequestState
 from aioengine.client.request_stream import RequestStream
 from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer, run_long_text
 from aioengine.config import EngineConfig
+from aioengine.hub.pooling import read_pooling_config
 from aioengine.messages.engine_io import AbortRequests, AddRequest, EngineStats
 from aioengine.messages.sampling_params import SamplingParams
 from aioengine.runtime.errors import EngineDeadError
@@ -89,6 +98,7 @@ class AsyncMPClient:
             raise ValueError(f"config must be an EngineConfig, got {type(config).__name__}")
         self._link = EngineLink(self.config)
         self._tokenizer: Tokenizer | None = None
+        self._embedding_model: EmbeddingModel | None = None
         self._admission = Admission(self.config.max_queued_requests,
                                     self.config.max_queued_tokens)
 
@@ -225,6 +235,7 @@ class AsyncMPClient:
                 ) -> tuple[list[int], SamplingParams]:
         """Check a request and tokenize its prompt: ``ValueError`` for anything bad."""
         self._link.check_alive()
+        self._check_generates()
         tok = self.tokenizer
         return prompt_token_ids(tok, prompt, self.max_model_len), check_params(params,
                                                                                tok.vocab_size)
@@ -233,6 +244,7 @@ class AsyncMPClient:
                      **template_kwargs: Any) -> tuple[list[int], SamplingParams]:
         """``prepare`` for a conversation: apply the chat template, then check and tokenize."""
         self._link.check_alive()
+        self._check_generates()
         return self.prepare(chat_token_ids(self.tokenizer, messages, self.max_model_len,
                                            **template_kwargs), params)
 
@@ -266,10 +278,72 @@ class AsyncMPClient:
             async for out in stream:
                 yield out
 
+    async def embed(self, input: EmbedInput, *, truncate: bool | int = True,
+                    dimensions: int | None = None, request_id: str | None = None,
+                    priority: int = 0) -> EmbeddingOutput:
+        """The embedding of one text (or list of token ids) from an embedding model: its
+        pooled, as the model's sentence-transformers files say, vector. ``truncate``: True cuts
+        a long input at the model's length (sentence-transformers' ``max_seq_length``), an int
+        at that many tokens, False refuses it; ``dimensions`` shortens the vector where the
+        model was trained for it (Matryoshka). Concurrent calls share engine steps.
+        ``ValueError`` for a bad input or a model that does not embed."""
+        ids = self.prepare_embedding(input, truncate, dimensions)
+        return await self.embed_prepared(ids, dimensions, request_id=request_id,
+                                         priority=priority)
+
+    def prepare_embedding(self, input: EmbedInput, truncate: bool | int = True,
+                          dimensions: int | None = None) -> list[int]:
+        """Check an embedding request and tokenize its input (``embed``'s first half: a
+        batch caller checks every input before sending any); ``ValueError`` for anything bad."""
+        model = self.embedding_model
+        check_dimensions(dimensions, model)
+        return embedding_token_ids(self.tokenizer, input, model, truncate)
+
+    async def embed_prepared(self, ids: list[int], dimensions: int | None = None, *,
+                             request_id: str | None = None,
+                             priority: int = 0) -> EmbeddingOutput:
+        """``embed`` for the output of ``prepare_embedding``."""
+        model = self.embedding_model
+        final: RequestOutput | None = None
+        async with aclosing(self.generate_prepared(ids, SamplingParams(max_tokens=1),
+                                                   request_id=request_id, priority=priority,
+                                                   pooling=True)) as stream:
+            async for out in stream:
+                final = out
+        assert final is not None and final.finished
+        if final.embedding is None:
+            if final.finish_reason == "error":
+                raise ValueError(final.error or "the engine refused the input")
+            raise RuntimeError(f"embedding request {final.request_id} ended with "
+                               f"{final.finish_reason!r} before its vector was computed")
+        return EmbeddingOutput(final.request_id, shorten(final.embedding, dimensions, model),
+                               final.prompt_token_ids, final.metrics)
+
+    def _check_generates(self) -> None:
+        if self.engine_info.task == "embed":
+            raise ValueError(f"the model {self.config.model!r} is an embedding model: it "
+                             "answers embed (/v1/embeddings), not text generation")
+
+    @property
+    def embedding_model(self) -> EmbeddingModel:
+        """The served model's pooling and lengths; ``ValueError`` if it does not embed."""
+        link = self._link
+        link.check_started()
+        assert link.engine is not None
+        if link.engine.ready.task != "embed":
+            raise ValueError(f"the model {self.config.model!r} generates text: embeddings need "
+                             "an embedding model (an encoder such as all-minilm-l6-v2)")
+        if self._embedding_model is None:
+            path = link.engine.resolved.model_path
+            self._embedding_model = EmbeddingModel.read(path, read_pooling_config(path),
+                                                        self.max_model_len)
+        return self._embedding_model
+
     async def generate_prepared(self, ids: list[int], params: SamplingParams, *,
-                                request_id: str | None = None, priority: int = 0
-                                ) -> AsyncGenerator[RequestOutput, None]:
-        """``generate`` for the output of ``prepare`` (batch callers check everything first)."""
+                                request_id: str | None = None, priority: int = 0,
+                                pooling: bool = False) -> AsyncGenerator[RequestOutput, None]:
+        """``generate`` for the output of ``prepare`` (batch callers check everything first);
+        ``pooling``: an embedding request (see ``embed``)."""
         link = self._link
         link.check_alive()
         link.check_loop()
@@ -299,7 +373,8 @@ class AsyncMPClient:
         waiting = True  # counted by admission control until the first output arrives
         try:
             # eos_token_id None: the engine stops on every eos id the model declares.
-            await link.send(AddRequest(wire_id, ids, params, now, priority), replica)
+            await link.send(AddRequest(wire_id, ids, params, now, priority, pooling=pooling),
+                            replica)
             while True:
                 if not state.has_news():
                     # One engine: the replica's death is the client's; with replicas either

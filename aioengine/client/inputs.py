@@ -68,12 +68,7 @@ def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -
         check_text_fits(tokenizer, prompt, max_model_len)
         ids = tokenizer.encode(prompt)
     elif isinstance(prompt, Sequence) and not isinstance(prompt, (bytes, bytearray)):
-        ids = [*prompt]
-        vocab = tokenizer.vocab_size
-        for i, t in enumerate(ids):
-            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
-                raise ValueError(f"prompt token id at position {i} must be an integer in "
-                                 f"[0, {vocab}), got {t!r}")
+        ids = checked_token_ids(prompt, tokenizer.vocab_size, "prompt")
     else:
         raise PromptTypeError(f"prompt must be a string or a list of token ids, "
                               f"got {type(prompt).__name__}")
@@ -82,6 +77,16 @@ def prompt_token_ids(tokenizer: Tokenizer, prompt: Prompt, max_model_len: int) -
     if len(ids) > max_model_len:
         raise ValueError(f"prompt has {len(ids)} tokens, longer than the model's context "
                          f"(max_model_len={max_model_len})")
+    return ids
+
+
+def checked_token_ids(ids: Sequence[Any], vocab: int, what: str) -> list[int]:
+    """A copy of ``ids``; ValueError naming ``what`` and the position of a bad one."""
+    ids = [*ids]
+    for i, t in enumerate(ids):
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab:
+            raise ValueError(f"{what} token id at position {i} must be an integer in "
+                             f"[0, {vocab}), got {t!r}")
     return ids
 
 

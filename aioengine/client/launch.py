@@ -54,6 +54,8 @@ class EngineReady:
     kv_sized_by: str = ""
     """What decided the KV cache's size (``need: ...``, ``cap: ...``, ``kv_cache_tokens=...``)."""
     kv_dtype: str = ""
+    task: str = "generate"
+    """``embed`` for an embedding model (it answers ``embed``, not ``generate``)."""
 
     def describe_kv_cache(self) -> str:
         """The start-up line: blocks, tokens, bytes, dtype and what decided the size."""

@@ -86,3 +86,5 @@ class RequestOutput:
     """The stop string or stop token id that finished the request, if any."""
     error: str | None = None
     """The engine's message when ``finish_reason`` is "error"."""
+    embedding: list[float] | None = None
+    """An embedding request's pooled vector, on its last output."""

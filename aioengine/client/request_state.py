@@ -12,7 +12,8 @@ from aioengine.text.detokenize import IncrementalDetokenizer
 
 
 class RequestState:
-    __slots__ = ("_detok", "_released", "_seen_text", "_seen_tokens", "_stop", "error",
+    __slots__ = ("_detok", "_released", "_seen_text", "_seen_tokens", "_stop", "embedding",
+                 "error",
                  "final_taken", "finish_reason", "logprobs", "metrics", "num_cached_tokens",
                  "output_ids", "params", "prompt_token_ids", "request_id", "stop_reason", "text")
 
@@ -31,6 +32,7 @@ class RequestState:
         self.stop_reason: str | int | None = None
         self.error: str | None = None
         self.num_cached_tokens = 0
+        self.embedding: list[float] | None = None
         self.metrics = RequestMetrics(arrival_time=arrival_time)
         self._seen_tokens = 0
         self._seen_text = 0
@@ -49,6 +51,8 @@ class RequestState:
         if delta.first_scheduled_time is not None and self.metrics.first_scheduled_time is None:
             self.metrics.first_scheduled_time = delta.first_scheduled_time
         self.num_cached_tokens = max(self.num_cached_tokens, delta.num_cached_tokens)
+        if delta.embedding is not None:
+            self.embedding = delta.embedding
         ids = delta.new_token_ids
         if ids:
             self.metrics.on_tokens(now)
@@ -133,4 +137,4 @@ class RequestState:
             metrics=self.metrics,
             logprobs=list(self.logprobs) if self.logprobs is not None else None,
             num_cached_tokens=self.num_cached_tokens, stop_reason=self.stop_reason,
-            error=self.error)
+            error=self.error, embedding=self.embedding)

@@ -202,6 +202,15 @@ class Tokenizer:
             return ids
         return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_truncated(self, text: str, max_tokens: int | None) -> list[int]:
+        """``encode`` with the special tokens, the text cut so that the whole is at most
+        ``max_tokens`` (the specials kept: ``[CLS] ... [SEP]``), as transformers truncates."""
+        if max_tokens is None:
+            return self.encode(text)
+        enc = self.hf.encode(text, add_special_tokens=False)
+        enc.truncate(max(0, max_tokens - self.hf.num_special_tokens_to_add(False)))
+        return self.hf.post_process(enc).ids
+
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.hf.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
 

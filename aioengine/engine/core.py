@@ -108,7 +108,8 @@ class EngineCore:
                 "kv_bytes_per_block": self.kv_bytes_per_block, "kv_sized_by": self.kv_sized_by,
                 "kv_dtype": self.kv_dtype,
                 "max_model_len": self.max_model_len, "block_size": self.config.block_size,
-                "eos_token_id": self.eos_token_id, "vocab_size": self.model_info.vocab_size}
+                "eos_token_id": self.eos_token_id, "vocab_size": self.model_info.vocab_size,
+                "task": self.model_info.task}
 
     # ---- requests --------------------------------------------------------------------------
     def _check(self, msg: AddRequest) -> str | None:
@@ -128,6 +129,23 @@ class EngineCore:
             return f"eos_token_id {eos} is outside the vocabulary [0, {vocab})"
         if msg.request_id in self.scheduler.requests:
             return f"request id {msg.request_id!r} is already in the engine"
+        return self._check_task(msg)
+
+    def _check_task(self, msg: AddRequest) -> str | None:
+        """An embedding model answers only embedding requests, and the reverse; an embedding
+        input runs whole in one step."""
+        embedder = self.model_info.task == "embed"
+        name = ", ".join(self.model_info.architectures) or "this model"
+        if embedder and not msg.pooling:
+            return (f"the model ({name}) is an embedding model: it answers embedding requests "
+                    "(embed, /v1/embeddings), not text generation")
+        if msg.pooling and not embedder:
+            return (f"the model ({name}) generates text: it has no pooling for embedding "
+                    "requests")
+        n, limit = len(msg.prompt_token_ids), self.config.max_num_batched_tokens
+        if msg.pooling and n > limit:
+            return (f"the input has {n} tokens, more than max_num_batched_tokens={limit} (an "
+                    "embedding input runs whole in one step)")
         return None
 
     def add_request(self, msg: AddRequest) -> None:
@@ -139,7 +157,7 @@ class EngineCore:
         eos = (msg.eos_token_id,) if msg.eos_token_id is not None \
             else tuple(self.model_info.eos_token_ids)
         req = Request(msg.request_id, list(msg.prompt_token_ids), msg.params, msg.arrival_time,
-                      msg.priority, eos)
+                      msg.priority, eos, pooling=msg.pooling)
         spec = msg.params.structured_outputs
         if spec is None:
             self._admit(msg, req)

@@ -39,6 +39,9 @@ class Request:
     priority: int = 0
     eos_token_ids: tuple[int, ...] = ()  # any of these ends generation (unless ignore_eos)
     seq: int = 0  # admission order: FCFS tie-break within a priority, newest preempted first
+    # An embedding request: scheduled whole, in one step, outside the prefix cache; finished
+    # by its pooled vector.
+    pooling: bool = False
 
     token_ids: list[int] = field(init=False)
     status: RequestStatus = RequestStatus.WAITING

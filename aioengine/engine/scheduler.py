@@ -20,6 +20,7 @@ from aioengine.messages.engine_io import RequestDelta
 from aioengine.messages.worker_io import (
     PREVIOUS_TOKEN,
     NewSequence,
+    PooledOutput,
     ScheduledChunk,
     StepInput,
     StepResult,
@@ -102,8 +103,10 @@ class Scheduler:
         def emit(req: Request, n: int) -> None:
             nonlocal budget
             start = req.num_computed_tokens
+            last = start + n == req.num_tokens
             chunks.append(ScheduledChunk(req.request_id, req.token_ids[start:start + n], start,
-                                         list(req.block_ids), start + n == req.num_tokens))
+                                         list(req.block_ids), last and not req.pooling,
+                                         req.pooling))
             scheduled.add(req.request_id)
             budget -= n
 
@@ -129,10 +132,13 @@ class Scheduler:
         while self.waiting and self.num_preempted_total == preempted_before and budget > 0 \
                 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            cached = self.bm.find_cached_prefix(req)
+            # A pooling input runs whole (an encoder attends both ways), outside the cache.
+            cached = [] if req.pooling else self.bm.find_cached_prefix(req)
             remaining = req.num_tokens - len(cached) * self.bm.block_size
             if remaining <= budget:
                 n = remaining
+            elif req.pooling:
+                break  # waits for a step with room for all of it (the engine checked it fits)
             elif self.enable_chunked_prefill or remaining > self.max_num_batched_tokens:
                 n = budget
             else:
@@ -233,15 +239,20 @@ class Scheduler:
         if got != expected:
             raise RuntimeError(f"step {step.step_id}: executor sampled for {got}, expected one "
                                f"token for each of {expected}")
+        pooled = [c.request_id for c in step.chunks if c.pool]
+        if [p.request_id for p in result.pooled] != pooled:
+            raise RuntimeError(f"step {step.step_id}: executor pooled for "
+                               f"{[p.request_id for p in result.pooled]}, expected {pooled}")
         for chunk in step.chunks:
             req = self.requests.get(chunk.request_id)
             if req is not None and req.status is RequestStatus.RUNNING:
                 req.num_computed_tokens += len(chunk.token_ids)
-                self.bm.cache_computed_blocks(req)
+                if not req.pooling:
+                    self.bm.cache_computed_blocks(req)
                 if self.kv_window is not None:
                     self.bm.release_before_window(req, self.kv_window)
+        deltas = [d for p in result.pooled if (d := self._pooled(p)) is not None]
         now = time.time()
-        deltas = []
         for s in result.sampled:
             req = self.requests.get(s.request_id)
             if req is None or req.status is not RequestStatus.RUNNING:
@@ -261,6 +272,18 @@ class Scheduler:
             deltas.append(self.make_delta(req, [s.token_id],
                                           None if s.logprob is None else [s.logprob]))
         return deltas
+
+    def _pooled(self, out: PooledOutput) -> RequestDelta | None:
+        """Finish a pooling request with its vector."""
+        req = self.requests.get(out.request_id)
+        if req is None or req.status is not RequestStatus.RUNNING:
+            return None  # aborted while its step ran
+        self.running.remove(req)
+        self._finished_ids.append(req.request_id)
+        self._finish(req, FinishReason.STOP)
+        delta = self.make_delta(req, [])
+        delta.embedding = out.embedding
+        return delta
 
     @staticmethod
     def make_delta(req: Request, new_token_ids: list[int], logprobs=None) -> RequestDelta:

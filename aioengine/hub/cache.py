@@ -38,8 +38,11 @@ def ensure_dir(name: str, build: Callable[[str], None]) -> str:
     try:
         build(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is readable like any
-        for entry in os.listdir(tmp):
-            os.chmod(os.path.join(tmp, entry), 0o644)
+        for folder, dirs, files in os.walk(tmp):
+            for d in dirs:
+                os.chmod(os.path.join(folder, d), 0o755)
+            for f in files:
+                os.chmod(os.path.join(folder, f), 0o644)
         try:
             os.rename(tmp, target)
             logger.info("wrote built-in model %s", target)

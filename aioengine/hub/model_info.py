@@ -9,6 +9,9 @@ from typing import Any
 
 import msgspec
 
+ENCODER_ARCHITECTURES = ("BertModel",)
+"""Bidirectional encoders the engine runs as embedding models (``aioengine.hub.pooling``)."""
+
 
 class ModelInfo(msgspec.Struct, frozen=True):
     model_path: str
@@ -18,6 +21,7 @@ class ModelInfo(msgspec.Struct, frozen=True):
     bos_token_id: int | None
     eos_token_ids: list[int]  # any of these ends generation (generation_config wins)
     chat_template: str | None
+    task: str = "generate"  # "embed" for an encoder (aioengine.hub.pooling)
 
 
 def read_json(path: str) -> dict[str, Any] | None:
@@ -57,6 +61,11 @@ def read_chat_template(tokenizer_dir: str) -> str | None:
     return template if isinstance(template, str) else None
 
 
+def model_task(architectures: list[str]) -> str:
+    """``embed`` for an encoder, else ``generate``."""
+    return "embed" if any(a in ENCODER_ARCHITECTURES for a in architectures) else "generate"
+
+
 def read_model_info(model_path: str, tokenizer_path: str | None = None) -> ModelInfo:
     """Raises FileNotFoundError / ValueError naming the file for a missing or malformed dir."""
     config_path = os.path.join(model_path, "config.json")
@@ -78,4 +87,5 @@ def read_model_info(model_path: str, tokenizer_path: str | None = None) -> Model
         bos_token_id=bos if isinstance(bos, int) else None,
         eos_token_ids=eos,
         chat_template=read_chat_template(tokenizer_path or model_path),
+        task=model_task(list(config.get("architectures") or [])),
     )

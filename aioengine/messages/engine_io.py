@@ -34,6 +34,9 @@ class AddRequest(msgspec.Struct, tag="add"):
     arrival_time: float
     priority: int = 0  # lower value is scheduled first; FCFS within a priority
     eos_token_id: int | None = None
+    # An embedding request: the prompt runs whole in one step and the answer is its pooled
+    # vector (the model's pooling), no tokens; ``params`` is then unused.
+    pooling: bool = False
 
 
 class AbortRequests(msgspec.Struct, tag="abort"):
@@ -65,6 +68,7 @@ class RequestDelta(msgspec.Struct, omit_defaults=True):
     error: str | None = None  # set with finish_reason "error"
     first_scheduled_time: float | None = None
     new_text: str | None = None  # only when the engine detokenizes (detokenize_in="engine")
+    embedding: list[float] | None = None  # a pooling request's answer, with its finish
 
 
 class StepOutputs(msgspec.Struct, tag="outputs"):

@@ -43,6 +43,7 @@ class ScheduledChunk(msgspec.Struct, array_like=True):
     start_pos: int
     block_table: list[int]  # all of the sequence's blocks so far (covering start_pos+len-1)
     sample: bool  # True when the last token of this chunk is the last known token
+    pool: bool = False  # a pooling request's whole prompt: answer its pooled hidden state
 
 
 class GrammarBitmask(msgspec.Struct, array_like=True):
@@ -80,9 +81,15 @@ class SampledToken(msgspec.Struct, array_like=True):
     logprob: TokenLogprob | None = None
 
 
+class PooledOutput(msgspec.Struct, array_like=True):
+    request_id: str
+    embedding: list[float]
+
+
 class StepResult(msgspec.Struct, tag="step"):
     step_id: int
     sampled: list[SampledToken]  # one per chunk with sample=True, in chunk order
+    pooled: list[PooledOutput] = msgspec.field(default_factory=list)  # one per pool chunk
 
 
 class WorkerCallResult(msgspec.Struct, tag="result"):

@@ -25,6 +25,7 @@ from aioengine.server.auth import api_key_middleware
 from aioengine.server.client_slot import ClientSlot
 from aioengine.server.cors import enable_cors
 from aioengine.server.disconnect import DisconnectWatcher
+from aioengine.server.embeddings_routes import EmbeddingsRoutes
 from aioengine.server.errors import ApiError, RefusalLog, engine_dead, error_middleware
 from aioengine.server.generate import GenerateHandlers
 from aioengine.server.hosts import allowed_hosts_middleware
@@ -43,7 +44,8 @@ def create_app(client: AsyncMPClient | ClientSlot,
     ``POST /v1/completions``, ``POST /v1/messages[/count_tokens]`` (Anthropic's Messages
     API), ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/{id}`` (OpenAI's Responses
     API), ``GET /v1/models[/{model}]``, ``POST /tokenize``,
-    ``POST /detokenize``, ``GET /version``, ``GET /health``, ``GET /metrics``."""
+    ``POST /detokenize``, ``POST /v1/embeddings`` (an embedding model), ``GET /version``,
+    ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     if isinstance(client, ClientSlot):
         # The handlers read the slot as a client: it forwards every attribute to the current one.
@@ -83,6 +85,7 @@ def create_app(client: AsyncMPClient | ClientSlot,
     app.router.add_get("/health", info.health)
     app.router.add_get("/metrics", info.metrics)
     TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
+    EmbeddingsRoutes(client, gen.check_model, model, settings.max_request_bytes).add_to(app)
     MessagesRoutes(client, gen, max_request_bytes=settings.max_request_bytes,
                    tool_call_parser=settings.tool_call_parser,
                    strict_request_fields=settings.strict_request_fields).add_to(app)

@@ -10,6 +10,7 @@ import msgspec
 
 from aioengine import __version__
 from aioengine.server.anthropic.protocol import CountTokensRequest, MessagesRequest
+from aioengine.server.embeddings_routes import EmbeddingsRequest
 from aioengine.server.openai_responses.protocol import ResponsesRequest
 from aioengine.server.protocol import ChatCompletionRequest, CompletionRequest
 from aioengine.server.tokenize_routes import DetokenizeRequest, TokenizeRequest
@@ -21,7 +22,8 @@ _POSTS = {"/v1/chat/completions": (ChatCompletionRequest, "Chat completion"),
           "/v1/messages": (MessagesRequest, "Anthropic Messages API (errors in its shape)"),
           "/v1/messages/count_tokens": (CountTokensRequest,
                                         "Anthropic Messages API: count a prompt's tokens"),
-          "/v1/responses": (ResponsesRequest, "OpenAI Responses API")}
+          "/v1/responses": (ResponsesRequest, "OpenAI Responses API"),
+          "/v1/embeddings": (EmbeddingsRequest, "Embeddings (an embedding model)")}
 _GETS = {"/v1/models": "The served model", "/v1/models/{model}": "One model's card",
          "/version": "The server's version", "/health": "200 while the engine answers",
          "/metrics": "Prometheus text exposition",

@@ -31,7 +31,12 @@ def load_hf_tokenizer(path: str) -> Tokenizer:
     # imported here: every engine imports this module, and only detokenize_in="engine" loads
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(file)
+    tok = Tokenizer.from_file(file)
+    # Some files switch padding and truncation on (all-MiniLM-L6-v2's pads every input to 128
+    # [PAD] ids): the engine cuts and batches inputs itself, so a text is only its tokens.
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
 
 
 class IncrementalDetokenizer:

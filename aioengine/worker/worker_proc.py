@@ -44,6 +44,7 @@ from transports import (
 )
 
 if TYPE_CHECKING:  # the runner imports torch: only inside the worker process, in init
+    from aioengine.worker.encoder.runner import EncoderRunner
     from aioengine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class WorkerProc(BusyLoopTarget):
     def __init__(self, launch: WorkerLaunch) -> None:
         self.launch = launch
         self.rank = launch.rank
-        self.runner: ModelRunner | None = None  # built in init (it imports torch)
+        self.runner: ModelRunner | EncoderRunner | None = None  # built in init (it imports torch)
         self._reader: SyncReader | None = None
         self._writer: SyncWriter | None = None
         self._decoder = msgspec.msgpack.Decoder(WorkerInbound)
@@ -81,7 +82,7 @@ class WorkerProc(BusyLoopTarget):
         import torch
 
         from aioengine.worker.loader import resolve_device
-        from aioengine.worker.model_runner import ModelRunner
+        from aioengine.worker.runner_factory import make_runner
 
         self._ctx = ctx
         la, cfg = self.launch, self.launch.config
@@ -97,7 +98,7 @@ class WorkerProc(BusyLoopTarget):
                              backend="nccl" if device.type == "cuda" else "gloo",
                              timeout_s=cfg.startup_timeout)
             self._dist = True
-        self.runner = runner = ModelRunner(cfg, rank=la.rank, world_size=la.world_size,
+        self.runner = runner = make_runner(cfg, rank=la.rank, world_size=la.world_size,
                                            device=str(device))
         blocks = la.num_kv_blocks or self._agree_min(runner.plan_kv_blocks())
         runner.allocate_kv_cache(blocks)

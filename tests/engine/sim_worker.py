@@ -10,6 +10,7 @@ greedy output does. ``reference`` computes what one request alone must produce.
 from __future__ import annotations
 
 from aioengine.messages import SampledToken, StepInput, StepResult
+from aioengine.messages.worker_io import PooledOutput
 
 VOCAB = 97
 _MASK = (1 << 61) - 1
@@ -53,7 +54,7 @@ class SimWorker:
         for seq in step.new_sequences:
             assert seq.request_id not in self.seqs, f"{seq.request_id} started twice"
             self.seqs[seq.request_id] = list(seq.prompt_token_ids) + list(seq.output_token_ids)
-        sampled = []
+        sampled, pooled = [], []
         for chunk in step.chunks:
             known = self.seqs[chunk.request_id]
             start, n = chunk.start_pos, len(chunk.token_ids)
@@ -70,23 +71,35 @@ class SimWorker:
                 b, o = self._slot(chunk.block_table, start + i)
                 self.cache[b][o] = prev
             self.tokens_computed += n
+            if chunk.pool:  # an embedding input: whole, never sampled; answers its last value
+                assert start == 0 and n == len(known) and not chunk.sample
+                pooled.append(PooledOutput(chunk.request_id, [float(prev % 1000)]))
+                continue
             assert chunk.sample == (start + n == len(known))
             if chunk.sample:
                 tok = _next_token(prev)
                 known.append(tok)
                 sampled.append(SampledToken(chunk.request_id, tok))
-        return StepResult(step.step_id, sampled)
+        return StepResult(step.step_id, sampled, pooled)
 
 
 def make_request(rid: str, prompt: list[int], max_tokens: int = 8, *, priority: int = 0,
-                 eos: int | None = None, **params):
+                 eos: int | None = None, pooling: bool = False, **params):
     from aioengine.engine.request import Request
     from aioengine.messages import SamplingParams
 
     return Request(rid, list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0,
                                                      **params),
                    arrival_time=0.0, priority=priority,
-                   eos_token_ids=() if eos is None else (eos,))
+                   eos_token_ids=() if eos is None else (eos,), pooling=pooling)
+
+
+def pooled_value(prompt: list[int]) -> float:
+    """What ``SimWorker`` answers for an embedding input."""
+    kv = 0
+    for t in prompt:
+        kv = _kv(kv, t)
+    return float(kv % 1000)
 
 
 def drive(sched, worker: SimWorker, max_steps: int = 10_000) -> dict[str, list[int]]:

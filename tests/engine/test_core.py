@@ -37,7 +37,8 @@ def test_ready_payload(core, vocab_size):
     assert payload.pop("kv_bytes_per_block") == 2 * 4 * 4 * 4 * 32 * dtype_bytes
     assert payload == {"num_kv_blocks": 40, "max_model_len": 96, "block_size": 4,
                        "eos_token_id": core.model_info.eos_token_ids[0],
-                       "vocab_size": vocab_size, "kv_sized_by": "num_kv_blocks=40"}
+                       "vocab_size": vocab_size, "kv_sized_by": "num_kv_blocks=40",
+                       "task": "generate"}
 
 
 def test_300_requests_under_preemption_match_each_run_alone(core, vocab_size,

@@ -8,7 +8,7 @@ from aioengine.engine.block_manager import BlockManager
 from aioengine.engine.request import RequestStatus
 from aioengine.engine.scheduler import Scheduler
 
-from .sim_worker import SimWorker, drive, make_request, reference
+from .sim_worker import SimWorker, drive, make_request, pooled_value, reference
 
 BS = 4
 
@@ -250,4 +250,37 @@ def test_many_requests_under_pressure_match_reference():
     assert out == expected
     assert sched.num_preempted_total > 0
     assert sched.bm.hit_rate > 0
+    assert sched.bm.num_used_blocks == 0
+
+
+def test_pooling_inputs_run_whole_beside_generation_and_finish_with_their_vector():
+    """An embedding input is never split (an encoder attends both ways): it waits for a step
+    with room for all of it, while a generation prompt is chunked around it; it finishes in
+    its step with its vector, frees its blocks, and never enters the prefix cache."""
+    sched, worker = setup(budget=8)
+    loop = Loop(sched, worker)
+    long_prompt = list(range(1, 20))
+    sched.add_request(make_request("gen", long_prompt, max_tokens=3))
+    sched.add_request(make_request("emb", [3, 4, 5, 6, 7, 8], pooling=True))
+    first, _ = loop.step()
+    assert [(c.request_id, len(c.token_ids), c.pool) for c in first.chunks] == [("gen", 8, False)]
+    loop.finish()
+    assert loop.out["gen"] == reference(long_prompt, 3)
+    [emb] = [d for d in loop.deltas if d.request_id == "emb"]
+    assert emb.new_token_ids == [] and emb.finish_reason == "stop"
+    assert emb.embedding == [pooled_value([3, 4, 5, 6, 7, 8])]
+    assert sched.bm.num_used_blocks == 0
+    # The same input again computes again: its blocks held no reusable KV.
+    sched.add_request(make_request("emb2", [3, 4, 5, 6, 7, 8], pooling=True))
+    loop.finish()
+    [again] = [d for d in loop.deltas if d.request_id == "emb2"]
+    assert again.num_cached_tokens == 0 and again.embedding == emb.embedding
+
+
+def test_an_aborted_pooling_input_gets_no_vector():
+    sched, worker = setup(budget=8)
+    sched.add_request(make_request("emb", [3, 4, 5], pooling=True))
+    step_in = sched.schedule()
+    sched.abort(["emb"])
+    assert sched.update(step_in, worker.execute(step_in)) == []
     assert sched.bm.num_used_blocks == 0

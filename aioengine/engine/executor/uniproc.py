@@ -20,9 +20,9 @@ class UniprocExecutor(Executor):
         self.runner = None
 
     def start(self) -> ExecutorInfo:
-        from aioengine.worker.model_runner import ModelRunner  # torch, only in the engine
+        from aioengine.worker.runner_factory import make_runner  # torch, only in the engine
 
-        self.runner = ModelRunner(self.config, rank=0, world_size=1)
+        self.runner = make_runner(self.config, rank=0, world_size=1)
         blocks = self.runner.plan_kv_blocks()
         self.runner.allocate_kv_cache(blocks)
         return ExecutorInfo(num_kv_blocks=blocks, kv_window=self.runner.kv_window,
