@@ -49,6 +49,7 @@ from aioengine.client.output_task import output_loop
 from aioengine.client.outputs import RequestOutput
 from aioengine.client.request_state import RequestState
 from aioengine.client.request_stream import RequestStream
+from aioengine.client.score import RerankResult, ScoreModel, ScoreOutput, pair_token_ids
 from aioengine.client.tokenizer import LONG_TEXT_CHARS, Tokenizer, run_long_text
 from aioengine.config import EngineConfig
 from aioengine.hub.pooling import read_pooling_config
@@ -99,6 +100,7 @@ class AsyncMPClient:
         self._link = EngineLink(self.config)
         self._tokenizer: Tokenizer | None = None
         self._embedding_model: EmbeddingModel | None = None
+        self._score_model: ScoreModel | None = None
         self._admission = Admission(self.config.max_queued_requests,
                                     self.config.max_queued_tokens)
 
@@ -304,46 +306,119 @@ class AsyncMPClient:
                              priority: int = 0) -> EmbeddingOutput:
         """``embed`` for the output of ``prepare_embedding``."""
         model = self.embedding_model
+        final, vector = await self._pooled(ids, 0, request_id, priority)
+        return EmbeddingOutput(final.request_id, shorten(vector, dimensions, model),
+                               final.prompt_token_ids, final.metrics)
+
+    async def score(self, text_1: str, text_2: str, *, truncate: bool | int = True,
+                    request_id: str | None = None, priority: int = 0) -> ScoreOutput:
+        """How relevant ``text_2`` is to ``text_1`` (a query and a document), from a reranker
+        (a cross-encoder): its logit through the model's activation, as sentence-transformers'
+        CrossEncoder gives it. ``truncate`` as for ``embed`` (the longer text is cut first).
+        ``ValueError`` for a bad pair or a model that does not score."""
+        ids, pair_start = self.prepare_score(text_1, text_2, truncate)
+        return await self.score_prepared(ids, pair_start, request_id=request_id,
+                                         priority=priority)
+
+    async def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None,
+                     truncate: bool | int = True) -> list[RerankResult]:
+        """``documents`` scored against ``query`` (concurrently: the engine batches them),
+        most relevant first; ``top_n`` keeps that many."""
+        if isinstance(documents, str) or not isinstance(documents, Sequence) or not documents:
+            raise ValueError("documents must be a non-empty list of strings")
+        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int)
+                                  or top_n < 1):
+            raise ValueError(f"top_n must be a positive integer, got {top_n!r}")
+        prepared = [self.prepare_score(query, d, truncate) for d in documents]
+        backend = self._link.backend
+        assert backend is not None  # started: prepare_score checked
+        # every one to its end (none left running), then the first failure if any
+        scores = await backend.gather(*(self.score_prepared(ids, start)
+                                        for ids, start in prepared), return_exceptions=True)
+        failed = next((s for s in scores if isinstance(s, BaseException)), None)
+        if failed is not None:
+            raise failed
+        ranked = sorted(range(len(documents)), key=lambda i: -scores[i].score)[:top_n]
+        return [RerankResult(i, scores[i].score, documents[i]) for i in ranked]
+
+    def prepare_score(self, text_1: str, text_2: str,
+                      truncate: bool | int = True) -> tuple[list[int], int]:
+        """Check a text pair and tokenize it (``score``'s first half): the ids and where the
+        second text starts. ``ValueError`` for anything bad."""
+        return pair_token_ids(self.tokenizer, text_1, text_2, self.score_model, truncate)
+
+    async def score_prepared(self, ids: list[int], pair_start: int, *,
+                             request_id: str | None = None, priority: int = 0) -> ScoreOutput:
+        """``score`` for the output of ``prepare_score``."""
+        model = self.score_model
+        final, logits = await self._pooled(ids, pair_start, request_id, priority)
+        return ScoreOutput(final.request_id, model.score(logits), final.prompt_token_ids,
+                           final.metrics)
+
+    async def _pooled(self, ids: list[int], pair_start: int, request_id: str | None,
+                      priority: int) -> tuple[RequestOutput, list[float]]:
+        """Run one pooling request: its last output and its vector (or logits)."""
         final: RequestOutput | None = None
         async with aclosing(self.generate_prepared(ids, SamplingParams(max_tokens=1),
                                                    request_id=request_id, priority=priority,
-                                                   pooling=True)) as stream:
+                                                   pooling=True, pair_start=pair_start)
+                            ) as stream:
             async for out in stream:
                 final = out
         assert final is not None and final.finished
         if final.embedding is None:
             if final.finish_reason == "error":
                 raise ValueError(final.error or "the engine refused the input")
-            raise RuntimeError(f"embedding request {final.request_id} ended with "
-                               f"{final.finish_reason!r} before its vector was computed")
-        return EmbeddingOutput(final.request_id, shorten(final.embedding, dimensions, model),
-                               final.prompt_token_ids, final.metrics)
+            raise RuntimeError(f"request {final.request_id} ended with "
+                               f"{final.finish_reason!r} before its result was computed")
+        return final, final.embedding
 
     def _check_generates(self) -> None:
-        if self.engine_info.task == "embed":
-            raise ValueError(f"the model {self.config.model!r} is an embedding model: it "
-                             "answers embed (/v1/embeddings), not text generation")
+        task = self.engine_info.task
+        if task != "generate":
+            answers = "embed (/v1/embeddings)" if task == "embed" \
+                else "score and rerank (/v1/rerank, /score)"
+            kind = "an embedding" if task == "embed" else "a reranking"
+            raise ValueError(f"model {self.config.model!r} is {kind} model: it answers "
+                             f"{answers}, not text generation")
 
     @property
     def embedding_model(self) -> EmbeddingModel:
         """The served model's pooling and lengths; ``ValueError`` if it does not embed."""
-        link = self._link
-        link.check_started()
-        assert link.engine is not None
-        if link.engine.ready.task != "embed":
-            raise ValueError(f"the model {self.config.model!r} generates text: embeddings need "
-                             "an embedding model (an encoder such as all-minilm-l6-v2)")
         if self._embedding_model is None:
-            path = link.engine.resolved.model_path
+            path = self._model_path_for("embed", "embeddings need an embedding model (an "
+                                        "encoder such as all-minilm-l6-v2)")
             self._embedding_model = EmbeddingModel.read(path, read_pooling_config(path),
                                                         self.max_model_len)
         return self._embedding_model
 
+    @property
+    def score_model(self) -> ScoreModel:
+        """The served reranker's length and activation; ``ValueError`` if it does not score."""
+        if self._score_model is None:
+            path = self._model_path_for("score", "scores need a reranker (a cross-encoder, "
+                                        "BertForSequenceClassification)")
+            self._score_model = ScoreModel.read(path, self.max_model_len)
+        return self._score_model
+
+    def _model_path_for(self, task: str, needs: str) -> str:
+        link = self._link
+        link.check_started()
+        assert link.engine is not None
+        served = link.engine.ready.task
+        if served != task:
+            what = {"generate": "generates text", "embed": "is an embedding model",
+                    "score": "is a reranker"}.get(served, f"serves {served!r}")
+            raise ValueError(f"the model {self.config.model!r} {what}: {needs}")
+        return link.engine.resolved.model_path
+
     async def generate_prepared(self, ids: list[int], params: SamplingParams, *,
                                 request_id: str | None = None, priority: int = 0,
-                                pooling: bool = False) -> AsyncGenerator[RequestOutput, None]:
+                                pooling: bool = False, pair_start: int = 0
+                                ) -> AsyncGenerator[RequestOutput, None]:
         """``generate`` for the output of ``prepare`` (batch callers check everything first);
-        ``pooling``: an embedding request (see ``embed``)."""
+        ``pooling``: an embedding or scoring request (``embed``, ``score``), ``pair_start``
+        where a scored pair's second text starts."""
         link = self._link
         link.check_alive()
         link.check_loop()
@@ -373,8 +448,8 @@ class AsyncMPClient:
         waiting = True  # counted by admission control until the first output arrives
         try:
             # eos_token_id None: the engine stops on every eos id the model declares.
-            await link.send(AddRequest(wire_id, ids, params, now, priority, pooling=pooling),
-                            replica)
+            await link.send(AddRequest(wire_id, ids, params, now, priority, pooling=pooling,
+                                       pair_start=pair_start), replica)
             while True:
                 if not state.has_news():
                     # One engine: the replica's death is the client's; with replicas either

@@ -211,6 +211,24 @@ class Tokenizer:
         enc.truncate(max(0, max_tokens - self.hf.num_special_tokens_to_add(False)))
         return self.hf.post_process(enc).ids
 
+    def encode_pair(self, text_1: str, text_2: str,
+                    max_tokens: int | None) -> tuple[list[int], list[int]]:
+        """A text pair's ids and token type ids with the special tokens (the tokenizer's pair
+        template), cut longest-first to ``max_tokens`` as transformers cuts pairs."""
+        enc = self._truncating(max_tokens).encode(text_1, text_2)
+        return enc.ids, enc.type_ids
+
+    @functools.lru_cache(maxsize=4)  # noqa: B019 (a few lengths, for the tokenizer's life)
+    def _truncating(self, max_tokens: int | None) -> HFTokenizer:
+        """A copy of the tokenizer that truncates at ``max_tokens`` (the shared one must not:
+        its setting would apply to every caller)."""
+        from tokenizers import Tokenizer as Fresh
+
+        copy = Fresh.from_str(self.hf.to_str())
+        if max_tokens is not None:
+            copy.enable_truncation(max_tokens, strategy="longest_first")
+        return copy
+
     def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.hf.decode(list(token_ids), skip_special_tokens=skip_special_tokens)
 

@@ -28,6 +28,11 @@ logger = logging.getLogger(__name__)
 GRAMMAR_WAIT = 0.005  # seconds an otherwise idle step waits for a grammar being compiled
 
 
+TASK_NAMES = {"embed": "embedding", "score": "reranking"}
+TASK_ROUTES = {"embed": "embedding requests (embed, /v1/embeddings)",
+               "score": "scoring requests (score, rerank, /v1/rerank, /score)"}
+
+
 def resolve_max_model_len(config: EngineConfig, model_len: int, num_kv_blocks: int) -> int:
     """The context length the engine enforces: the configured one (checked against the model
     and the KV cache), or the model's, cut to what the KV cache can hold."""
@@ -132,17 +137,20 @@ class EngineCore:
         return self._check_task(msg)
 
     def _check_task(self, msg: AddRequest) -> str | None:
-        """An embedding model answers only embedding requests, and the reverse; an embedding
-        input runs whole in one step."""
-        embedder = self.model_info.task == "embed"
+        """An embedding or reranking model answers only pooling requests, and the reverse; a
+        pooling input runs whole in one step; only a reranker takes text pairs."""
+        task = self.model_info.task
         name = ", ".join(self.model_info.architectures) or "this model"
-        if embedder and not msg.pooling:
-            return (f"the model ({name}) is an embedding model: it answers embedding requests "
-                    "(embed, /v1/embeddings), not text generation")
-        if msg.pooling and not embedder:
-            return (f"the model ({name}) generates text: it has no pooling for embedding "
-                    "requests")
+        if task != "generate" and not msg.pooling:
+            return (f"the model ({name}) is an {TASK_NAMES[task]} model: it answers "
+                    f"{TASK_ROUTES[task]}, not text generation")
+        if msg.pooling and task == "generate":
+            return (f"the model ({name}) generates text: it has no pooling for embedding or "
+                    "rerank requests")
         n, limit = len(msg.prompt_token_ids), self.config.max_num_batched_tokens
+        if msg.pair_start and (task != "score" or not 0 < msg.pair_start < n):
+            return (f"pair_start {msg.pair_start} must be inside the input (1 to {n - 1}) and "
+                    "the model a reranker")
         if msg.pooling and n > limit:
             return (f"the input has {n} tokens, more than max_num_batched_tokens={limit} (an "
                     "embedding input runs whole in one step)")
@@ -157,7 +165,7 @@ class EngineCore:
         eos = (msg.eos_token_id,) if msg.eos_token_id is not None \
             else tuple(self.model_info.eos_token_ids)
         req = Request(msg.request_id, list(msg.prompt_token_ids), msg.params, msg.arrival_time,
-                      msg.priority, eos, pooling=msg.pooling)
+                      msg.priority, eos, pooling=msg.pooling, pair_start=msg.pair_start)
         spec = msg.params.structured_outputs
         if spec is None:
             self._admit(msg, req)

@@ -42,6 +42,7 @@ class Request:
     # An embedding request: scheduled whole, in one step, outside the prefix cache; finished
     # by its pooled vector.
     pooling: bool = False
+    pair_start: int = 0  # a pooled text pair's second text starts here
 
     token_ids: list[int] = field(init=False)
     status: RequestStatus = RequestStatus.WAITING

@@ -106,7 +106,7 @@ class Scheduler:
             last = start + n == req.num_tokens
             chunks.append(ScheduledChunk(req.request_id, req.token_ids[start:start + n], start,
                                          list(req.block_ids), last and not req.pooling,
-                                         req.pooling))
+                                         req.pooling, req.pair_start))
             scheduled.add(req.request_id)
             budget -= n
 

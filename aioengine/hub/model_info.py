@@ -11,6 +11,9 @@ import msgspec
 
 ENCODER_ARCHITECTURES = ("BertModel",)
 """Bidirectional encoders the engine runs as embedding models (``aioengine.hub.pooling``)."""
+CLASSIFIER_ARCHITECTURES = ("BertForSequenceClassification",)
+"""Encoders with a classification head, run as rerankers (cross-encoders): one score per text
+pair."""
 
 
 class ModelInfo(msgspec.Struct, frozen=True):
@@ -21,7 +24,7 @@ class ModelInfo(msgspec.Struct, frozen=True):
     bos_token_id: int | None
     eos_token_ids: list[int]  # any of these ends generation (generation_config wins)
     chat_template: str | None
-    task: str = "generate"  # "embed" for an encoder (aioengine.hub.pooling)
+    task: str = "generate"  # "embed" for an encoder, "score" for a reranker (model_task)
 
 
 def read_json(path: str) -> dict[str, Any] | None:
@@ -62,7 +65,10 @@ def read_chat_template(tokenizer_dir: str) -> str | None:
 
 
 def model_task(architectures: list[str]) -> str:
-    """``embed`` for an encoder, else ``generate``."""
+    """``embed`` for an encoder, ``score`` for an encoder with a classifier, else
+    ``generate``."""
+    if any(a in CLASSIFIER_ARCHITECTURES for a in architectures):
+        return "score"
     return "embed" if any(a in ENCODER_ARCHITECTURES for a in architectures) else "generate"
 
 

@@ -37,6 +37,9 @@ class AddRequest(msgspec.Struct, tag="add"):
     # An embedding request: the prompt runs whole in one step and the answer is its pooled
     # vector (the model's pooling), no tokens; ``params`` is then unused.
     pooling: bool = False
+    # A pooling request's text pair: its second text starts at this position (token type 1
+    # from here, as BERT was trained on pairs); 0: one text.
+    pair_start: int = 0
 
 
 class AbortRequests(msgspec.Struct, tag="abort"):

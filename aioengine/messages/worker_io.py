@@ -44,6 +44,7 @@ class ScheduledChunk(msgspec.Struct, array_like=True):
     block_table: list[int]  # all of the sequence's blocks so far (covering start_pos+len-1)
     sample: bool  # True when the last token of this chunk is the last known token
     pool: bool = False  # a pooling request's whole prompt: answer its pooled hidden state
+    pair_start: int = 0  # a pooled pair's second text starts here (token type 1); 0: one text
 
 
 class GrammarBitmask(msgspec.Struct, array_like=True):
@@ -83,7 +84,7 @@ class SampledToken(msgspec.Struct, array_like=True):
 
 class PooledOutput(msgspec.Struct, array_like=True):
     request_id: str
-    embedding: list[float]
+    embedding: list[float]  # the pooled vector, or a classifier's logits (a reranker's score)
 
 
 class StepResult(msgspec.Struct, tag="step"):

@@ -32,6 +32,7 @@ from aioengine.server.hosts import allowed_hosts_middleware
 from aioengine.server.metrics import CONTENT_TYPE, ServerMetrics
 from aioengine.server.openai_responses.routes import ResponsesRoutes
 from aioengine.server.openapi import openapi_document
+from aioengine.server.rerank_routes import RerankRoutes
 from aioengine.server.responses import TOKEN_CACHE
 from aioengine.server.settings import ServerSettings
 from aioengine.server.tokenize_routes import TokenizeRoutes
@@ -44,7 +45,8 @@ def create_app(client: AsyncMPClient | ClientSlot,
     ``POST /v1/completions``, ``POST /v1/messages[/count_tokens]`` (Anthropic's Messages
     API), ``POST /v1/responses``, ``GET``/``DELETE /v1/responses/{id}`` (OpenAI's Responses
     API), ``GET /v1/models[/{model}]``, ``POST /tokenize``,
-    ``POST /detokenize``, ``POST /v1/embeddings`` (an embedding model), ``GET /version``,
+    ``POST /detokenize``, ``POST /v1/embeddings`` (an embedding model), ``POST /v1/rerank``,
+    ``/v2/rerank``, ``/score`` (a reranker), ``GET /version``,
     ``GET /health``, ``GET /metrics``."""
     settings = settings or ServerSettings()
     if isinstance(client, ClientSlot):
@@ -86,6 +88,7 @@ def create_app(client: AsyncMPClient | ClientSlot,
     app.router.add_get("/metrics", info.metrics)
     TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
     EmbeddingsRoutes(client, gen.check_model, model, settings.max_request_bytes).add_to(app)
+    RerankRoutes(client, gen.check_model, model, settings.max_request_bytes).add_to(app)
     MessagesRoutes(client, gen, max_request_bytes=settings.max_request_bytes,
                    tool_call_parser=settings.tool_call_parser,
                    strict_request_fields=settings.strict_request_fields).add_to(app)

@@ -7,7 +7,6 @@ a bad one is a 400 naming ``input[i]``, and nothing of the request runs.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import struct
 from typing import Any, Literal
@@ -15,14 +14,18 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError
 from aioengine.server.body import decode, read_body
-from aioengine.server.errors import ApiError, engine_dead, from_value_error
-from aioengine.server.generate import RETRY_AFTER_S
+from aioengine.server.errors import ApiError, from_value_error
+from aioengine.server.pooled_calls import (
+    PooledRoutes,
+    input_error,
+    model_task_error,
+    prepare_all,
+    run_all,
+)
 
 MAX_INPUTS = 2048
 """Inputs one request may carry (OpenAI's limit for an input array)."""
-_THREAD_CHARS = 16384  # inputs longer in total are tokenized in a thread, off the event loop
 
 
 class EmbeddingsRequest(msgspec.Struct, kw_only=True):
@@ -62,52 +65,31 @@ def split_inputs(value: Any) -> list[str | list[int]]:
     return value
 
 
-class EmbeddingsRoutes:
-    def __init__(self, client: AsyncMPClient, check_model: Any, model_name: str,
-                 max_request_bytes: int) -> None:
-        self._client = client
-        self._check_model = check_model
-        self._model = model_name
-        self._limit = max_request_bytes
-
+class EmbeddingsRoutes(PooledRoutes):
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/embeddings", self.embeddings)
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req = decode(_DECODER, await read_body(request, self._limit))
         self._check_model(req.model)
-        try:
-            self._client.embedding_model  # noqa: B018 (raises for a model that does not embed)
-        except ValueError as e:
-            raise ApiError(400, str(e), param="model", code="model_not_supported") from e
-        items = split_inputs(req.input)
-        truncate = self._truncation(req)
         client = self._client
-
-        def prepare() -> list[list[int]]:
-            prepared = []
-            for i, item in enumerate(items):
-                try:
-                    prepared.append(client.prepare_embedding(item, truncate, req.dimensions))
-                except ValueError as e:
-                    raise _input_error(e, i, len(items)) from e
-            return prepared
-
-        size = sum(len(x) for x in items if isinstance(x, str))
-        ids = await asyncio.to_thread(prepare) if size > _THREAD_CHARS else prepare()
-        tasks = [asyncio.ensure_future(client.embed_prepared(x, req.dimensions)) for x in ids]
         try:
-            outs = await asyncio.gather(*tasks)
+            client.embedding_model  # noqa: B018 (raises for a model that does not embed)
         except ValueError as e:
-            raise from_value_error(e) from e
-        except EngineDeadError as e:
-            raise engine_dead(e) from e
-        except EngineOverloadedError as e:
-            raise ApiError(503, str(e), code="overloaded",
-                           headers={"Retry-After": RETRY_AFTER_S}) from e
-        finally:
-            for task in tasks:  # the first failure ends the request: the rest are aborted
-                task.cancel()
+            raise model_task_error(e) from e
+        items = split_inputs(req.input)
+        truncate = truncation(req.truncate, req.truncate_prompt_tokens, client.max_model_len)
+
+        def prepare(i: int, item: str | list[int]) -> list[int]:
+            try:
+                return client.prepare_embedding(item, truncate, req.dimensions)
+            except ValueError as e:
+                if str(e).startswith("dimensions"):
+                    raise from_value_error(e) from e
+                raise input_error(e, "input" if len(items) == 1 else f"input[{i}]") from e
+
+        ids = await prepare_all(items, prepare, sum(len(x) for x in items if isinstance(x, str)))
+        outs = await run_all([client.embed_prepared(x, req.dimensions) for x in ids])
         tokens = sum(len(o.prompt_token_ids) for o in outs)
         data = [{"object": "embedding", "index": i,
                  "embedding": _encoded(o.embedding, req.encoding_format)}
@@ -116,28 +98,21 @@ class EmbeddingsRoutes:
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         return web.Response(body=msgspec.json.encode(body), content_type="application/json")
 
-    def _truncation(self, req: EmbeddingsRequest) -> bool | int:
-        if req.truncate == "NONE":
-            if req.truncate_prompt_tokens is not None:
-                raise ApiError(400, "truncate_prompt_tokens cannot be given with truncate "
-                               "NONE", param="truncate_prompt_tokens", code="invalid_parameter")
-            return False
-        k = req.truncate_prompt_tokens
-        if k is None or k == -1:
-            return True
-        limit = self._client.max_model_len
-        if not 1 <= k <= limit:
-            raise ApiError(400, f"truncate_prompt_tokens must be -1 or in [1, {limit}], got "
-                           f"{k}", param="truncate_prompt_tokens", code="invalid_parameter")
-        return k
 
-
-def _input_error(err: ValueError, index: int, count: int) -> ApiError:
-    text = str(err)
-    if text.startswith("dimensions"):
-        return from_value_error(err)
-    where = "input" if count == 1 else f"input[{index}]"
-    return ApiError(400, f"{where}: {text}", param=where, code="invalid_parameter")
+def truncation(truncate: str, tokens: int | None, limit: int) -> bool | int:
+    """Cohere's ``truncate`` (``END``, ``NONE``) and vLLM's ``truncate_prompt_tokens`` (N, or
+    -1 for the model's length) as the client's ``truncate`` argument."""
+    if truncate == "NONE":
+        if tokens is not None:
+            raise ApiError(400, "truncate_prompt_tokens cannot be given with truncate "
+                           "NONE", param="truncate_prompt_tokens", code="invalid_parameter")
+        return False
+    if tokens is None or tokens == -1:
+        return True
+    if not 1 <= tokens <= limit:
+        raise ApiError(400, f"truncate_prompt_tokens must be -1 or in [1, {limit}], got "
+                       f"{tokens}", param="truncate_prompt_tokens", code="invalid_parameter")
+    return tokens
 
 
 def _encoded(vector: list[float], encoding: str) -> list[float] | str:

@@ -13,6 +13,7 @@ from aioengine.server.anthropic.protocol import CountTokensRequest, MessagesRequ
 from aioengine.server.embeddings_routes import EmbeddingsRequest
 from aioengine.server.openai_responses.protocol import ResponsesRequest
 from aioengine.server.protocol import ChatCompletionRequest, CompletionRequest
+from aioengine.server.rerank_routes import RerankRequest, ScoreRequest
 from aioengine.server.tokenize_routes import DetokenizeRequest, TokenizeRequest
 
 _POSTS = {"/v1/chat/completions": (ChatCompletionRequest, "Chat completion"),
@@ -23,7 +24,10 @@ _POSTS = {"/v1/chat/completions": (ChatCompletionRequest, "Chat completion"),
           "/v1/messages/count_tokens": (CountTokensRequest,
                                         "Anthropic Messages API: count a prompt's tokens"),
           "/v1/responses": (ResponsesRequest, "OpenAI Responses API"),
-          "/v1/embeddings": (EmbeddingsRequest, "Embeddings (an embedding model)")}
+          "/v1/embeddings": (EmbeddingsRequest, "Embeddings (an embedding model)"),
+          "/v1/rerank": (RerankRequest, "Rerank documents for a query (a reranker)"),
+          "/v2/rerank": (RerankRequest, "Rerank, as /v1/rerank (Cohere's v2 path)"),
+          "/score": (ScoreRequest, "Score text pairs (a reranker)")}
 _GETS = {"/v1/models": "The served model", "/v1/models/{model}": "One model's card",
          "/version": "The server's version", "/health": "200 while the engine answers",
          "/metrics": "Prometheus text exposition",

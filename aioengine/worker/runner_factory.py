@@ -12,6 +12,6 @@ from aioengine.worker.model_runner import ModelRunner
 def make_runner(config: EngineConfig, *, rank: int = 0, world_size: int = 1,
                 device: str | None = None) -> ModelRunner | EncoderRunner:
     resolved = resolve_model(config.model, config.tokenizer)
-    if read_model_info(resolved.model_path).task == "embed":
+    if read_model_info(resolved.model_path).task in ("embed", "score"):
         return EncoderRunner(config, rank=rank, world_size=world_size, device=device)
     return ModelRunner(config, rank=rank, world_size=world_size, device=device)

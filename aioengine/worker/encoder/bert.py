@@ -1,6 +1,7 @@
 """A BERT encoder (``BertModel``): embeddings, post-norm transformer layers, bidirectional
-attention over each input of a padded batch. Weights come from the checkpoint's safetensors
-under their Hugging Face names (with or without the ``bert.`` prefix a task head adds)."""
+attention over each input of a padded batch; with ``BertForSequenceClassification``'s head (a
+cross-encoder reranker) as well. Weights come from the checkpoint's safetensors under their
+Hugging Face names (with or without the ``bert.`` prefix a task head adds)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,21 @@ class BertLayer(nn.Module):
         return self.ffn_norm(x + self.ffn_out(self.act(self.ffn_in(x))))
 
 
+class ClassifierHead(nn.Module):
+    """``BertForSequenceClassification``'s: the pooler (dense + tanh over the first token's
+    state), then one linear to the labels' logits."""
+
+    def __init__(self, hidden: int, num_labels: int) -> None:
+        super().__init__()
+        self.pooler = nn.Linear(hidden, hidden)
+        self.classifier = nn.Linear(hidden, num_labels)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.tanh(self.pooler(states[:, 0])))
+
+
 class BertEncoder(nn.Module):
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], *, classifier: bool = False) -> None:
         super().__init__()
         hidden, eps = config["hidden_size"], config.get("layer_norm_eps", 1e-12)
         act = config.get("hidden_act", "gelu")
@@ -59,6 +73,8 @@ class BertEncoder(nn.Module):
         self.layers = nn.ModuleList(
             BertLayer(hidden, config["num_attention_heads"], config["intermediate_size"], eps, act)
             for _ in range(config["num_hidden_layers"]))
+        labels = len(config.get("id2label") or {}) or config.get("num_labels", 2)
+        self.head = ClassifierHead(hidden, labels) if classifier else None
 
     def forward(self, ids: torch.Tensor, type_ids: torch.Tensor,
                 valid: torch.Tensor) -> torch.Tensor:
@@ -96,6 +112,7 @@ class BertEncoder(nn.Module):
 
 _EMBEDDINGS = {"word": "word_embeddings", "position": "position_embeddings",
                "token_type": "token_type_embeddings", "embed_norm": "LayerNorm"}
+_HEAD = {"pooler": "pooler.dense", "classifier": "classifier"}
 _LAYER = {"attn_out": ["attention.output.dense"], "attn_norm": ["attention.output.LayerNorm"],
           "ffn_in": ["intermediate.dense"], "ffn_out": ["output.dense"],
           "ffn_norm": ["output.LayerNorm"],
@@ -108,12 +125,15 @@ def _checkpoint_names(name: str) -> list[str]:
     if parts[0] == "layers":
         index, module, leaf = parts[1], parts[2], parts[3]
         return [f"encoder.layer.{index}.{m}.{leaf}" for m in _LAYER[module]]
+    if parts[0] == "head":
+        return [f"{_HEAD[parts[1]]}.{parts[2]}"]
     return [f"embeddings.{_EMBEDDINGS[parts[0]]}.{parts[1]}"]
 
 
-def load_bert(model_dir: str, config: dict[str, Any], device: torch.device) -> BertEncoder:
+def load_bert(model_dir: str, config: dict[str, Any], device: torch.device, *,
+              classifier: bool = False) -> BertEncoder:
     with torch.device("meta"):
-        model = BertEncoder(config)
+        model = BertEncoder(config, classifier=classifier)
     model = model.to_empty(device=device).to(torch.float32)
     with torch.no_grad():
         model.load_safetensors(model_dir)

@@ -1,9 +1,10 @@
-"""EncoderRunner: ``ModelRunner``'s interface for an encoder (embedding) model.
+"""EncoderRunner: ``ModelRunner``'s interface for an encoder: an embedding model, or a
+reranker (an encoder with a classifier head).
 
 Every chunk of a step is one whole input (the scheduler never splits a pooling request); the
 step's inputs run bidirectionally in padded batches of similar lengths, and each answers its
-pooled vector. There is no KV cache: the engine's blocks are kept only as its count of tokens
-in flight, and take no memory.
+pooled vector (a reranker: its logits). There is no KV cache: the engine's blocks are kept
+only as its count of tokens in flight, and take no memory.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from aioengine.config import EngineConfig
-from aioengine.hub import resolve_model
+from aioengine.hub import read_model_info, resolve_model
 from aioengine.hub.pooling import PoolingConfig, read_pooling_config
 from aioengine.messages.worker_io import PooledOutput, ScheduledChunk, StepInput, StepResult
 from aioengine.worker.encoder.bert import load_bert
@@ -44,7 +45,9 @@ class EncoderRunner:
             model_config = json.load(f)
         self.device = resolve_device(device or config.device)
         self.dtype = torch.float32
-        self.model = load_bert(resolved.model_path, model_config, self.device)
+        self.scores = read_model_info(resolved.model_path).task == "score"
+        self.model = load_bert(resolved.model_path, model_config, self.device,
+                               classifier=self.scores)
         self.pooling: PoolingConfig = read_pooling_config(resolved.model_path)
         limit = self.model.max_positions
         if config.max_model_len is not None and config.max_model_len > limit:
@@ -57,10 +60,11 @@ class EncoderRunner:
         self.kv_sized_by = "an encoder: its blocks only count the tokens in flight (no KV)"
         self.memory_profile = None
         self.num_kv_blocks = 0
-        logger.info("encoder %s: %d layers, hidden %d, %s pooling%s, on %s",
+        logger.info("encoder %s: %d layers, hidden %d, %s, on %s",
                     ", ".join(model_config.get("architectures") or ["?"]),
-                    len(self.model.layers), self.model.hidden_size, self.pooling.mode,
-                    ", normalized" if self.pooling.normalize else "", self.device)
+                    len(self.model.layers), self.model.hidden_size,
+                    "a classifier's logits" if self.scores else f"{self.pooling.mode} pooling"
+                    + (", normalized" if self.pooling.normalize else ""), self.device)
 
     def plan_kv_blocks(self) -> int:
         """Enough to admit a full step of inputs, each in its own partial block."""
@@ -90,6 +94,7 @@ class EncoderRunner:
         vocab = self.model.word.num_embeddings
         longest = max(len(c.token_ids) for c in batch)
         ids = torch.zeros(len(batch), longest, dtype=torch.long)
+        types = torch.zeros(len(batch), longest, dtype=torch.long)
         valid = torch.zeros(len(batch), longest, dtype=torch.bool)
         for i, c in enumerate(batch):
             if min(c.token_ids) < 0 or max(c.token_ids) >= vocab:
@@ -97,8 +102,12 @@ class EncoderRunner:
                                  f"vocabulary [0, {vocab})")
             ids[i, :len(c.token_ids)] = torch.tensor(c.token_ids)
             valid[i, :len(c.token_ids)] = True
-        ids, valid = ids.to(self.device), valid.to(self.device)
-        states = self.model(ids, torch.zeros_like(ids), valid)
+            if c.pair_start:
+                types[i, c.pair_start:len(c.token_ids)] = 1
+        ids, types, valid = ids.to(self.device), types.to(self.device), valid.to(self.device)
+        states = self.model(ids, types, valid)
+        if self.model.head is not None:
+            return self.model.head(states).float().cpu().tolist()
         pooled = pool(states, valid, self.pooling.mode)
         if self.pooling.normalize:
             pooled = F.normalize(pooled, dim=-1)

@@ -1,0 +1,63 @@
+"""Running a request's pooling calls (embeddings, scores) together: every one concurrently, so
+the engine batches them; the first failure ends the request with its HTTP answer and aborts
+the rest (nothing keeps running for a request already answered)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError
+from aioengine.server.errors import ApiError, engine_dead, from_value_error
+from aioengine.server.generate import RETRY_AFTER_S
+
+T = TypeVar("T")
+
+
+class PooledRoutes:
+    """What the embedding and rerank routes share: the client, the served name, the limits."""
+
+    def __init__(self, client: AsyncMPClient, check_model: Callable[[str | None], None],
+                 model_name: str, max_request_bytes: int) -> None:
+        self._client = client
+        self._check_model = check_model
+        self._model = model_name
+        self._limit = max_request_bytes
+_THREAD_CHARS = 16384  # inputs longer in total are tokenized in a thread, off the event loop
+
+
+async def prepare_all(items: Sequence[Any], prepare: Callable[[int, Any], T],
+                      chars: int) -> list[T]:
+    """``prepare(i, item)`` for every item, in a thread when they hold more than a few
+    thousand characters of text (tokenizing them would stall the event loop)."""
+    def work() -> list[T]:
+        return [prepare(i, item) for i, item in enumerate(items)]
+
+    return await asyncio.to_thread(work) if chars > _THREAD_CHARS else work()
+
+
+async def run_all(calls: Sequence[Awaitable[T]]) -> list[T]:
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    try:
+        return await asyncio.gather(*tasks)
+    except ValueError as e:
+        raise from_value_error(e) from e
+    except EngineDeadError as e:
+        raise engine_dead(e) from e
+    except EngineOverloadedError as e:
+        raise ApiError(503, str(e), code="overloaded",
+                       headers={"Retry-After": RETRY_AFTER_S}) from e
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def model_task_error(err: ValueError) -> ApiError:
+    """A request for a task the served model does not do."""
+    return ApiError(400, str(err), param="model", code="model_not_supported")
+
+
+def input_error(err: ValueError, where: str) -> ApiError:
+    """400 naming the input (``input[3]``, ``documents[0]``) that ``err`` is about."""
+    return ApiError(400, f"{where}: {err}", param=where, code="invalid_parameter")
