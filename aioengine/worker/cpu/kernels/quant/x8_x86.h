@@ -38,8 +38,9 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
-        const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176          \
+                     : t == T_Q5_1 ? 192 : 272;                                              \
+        const int po = X8_HAS_MIN(t) ? 32 : 16;                                              \
         const int NA = MR == 1 ? NA1 : MR == 2 ? (NA1 > 2 ? 2 : NA1) : NA3;                  \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
         __m256 acc[4], accm[4];                                                              \
@@ -50,7 +51,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
             __m256i s[4][4];                                                                 \
             for (int i = 0; i < MR; i++)                                                     \
                 for (int a = 0; a < NA; a++) s[i][a] = _mm256_setzero_si256();               \
-            if (t == T_Q5_0) {                                                               \
+            if (t == T_Q5_0 || t == T_Q5_1) {                                                \
                 const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
                 __m256i hb = _mm256_setzero_si256();                                         \
                 for (int c = 0; c < 5; c++) {                                                \
@@ -97,7 +98,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
                 }                                                                            \
             }                                                                                \
             __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));               \
-            __m256 m8 = t == T_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))) \
+            __m256 m8 = X8_HAS_MIN(t) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))) \
                                     : d8;                                                    \
             for (int i = 0; i < MR; i++) {                                                   \
                 __m256i si = s[i][0];                                                        \
@@ -108,7 +109,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),                             \
                                          _mm256_mul_ps(d8, _mm256_set1_ps(xq[i * n32 + b].d)), \
                                          acc[i]);                                            \
-                if (t == T_Q4_1)                                                             \
+                if (X8_HAS_MIN(t))                                                           \
                     accm[i] = _mm256_fmadd_ps(m8, _mm256_set1_ps(xs[i * n32 + b]), accm[i]); \
             }                                                                                \
         }                                                                                    \
@@ -145,8 +146,9 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, X8_NA_VNNI, 2)
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
-        const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176          \
+                     : t == T_Q5_1 ? 192 : 272;                                              \
+        const int po = X8_HAS_MIN(t) ? 32 : 16;                                              \
         const int64_t gs = nb * gb; /* the second group */                                   \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
         __m256 acc[4][2], accm[4][2];                                                        \
@@ -161,7 +163,7 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, X8_NA_VNNI, 2)
             for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm256_setzero_si256();          \
             const int16_t *xb[4];                                                            \
             for (int i = 0; i < MR; i++) xb[i] = xq[i * n32 + b].q;                          \
-            if (t == T_Q5_0) {                                                               \
+            if (t == T_Q5_0 || t == T_Q5_1) {                                                \
                 const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
                 __m256i hb0 = _mm256_setzero_si256(), hb1 = _mm256_setzero_si256();          \
                 for (int c = 0; c < 5; c++) {                                                \
@@ -231,7 +233,7 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, X8_NA_VNNI, 2)
                                             acc[i][0]);                                      \
                 acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(d1, xd),  \
                                             acc[i][1]);                                      \
-                if (t == T_Q4_1) {                                                           \
+                if (X8_HAS_MIN(t)) {                                                         \
                     __m256 xsb = _mm256_set1_ps(xs[i * n32 + b]);                            \
                     accm[i][0] = _mm256_fmadd_ps(                                            \
                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p0 + 16))), xsb,   \
