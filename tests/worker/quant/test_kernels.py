@@ -109,7 +109,7 @@ def test_reference_quantizers_are_byte_equal_to_gguf(name):
     np.testing.assert_array_equal(quantize(w, name), gguf_quantize(w, gtype(name)))
 
 
-@pytest.mark.parametrize("name,rel", [("q4_k", 0.09), ("q6_k", 0.02)])
+@pytest.mark.parametrize("name,rel", [("q4_k", 0.09), ("q5_k", 0.045), ("q6_k", 0.02)])
 def test_k_quantizers_round_trip_through_ggufs_dequantizer(name, rel):
     w = np.random.default_rng(4).standard_normal((8, 512)).astype(np.float32)
     w[1] = 0.0
@@ -150,7 +150,7 @@ def test_bad_inputs_name_the_problem(kern):
 
 
 FP16_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2),
-               "q4_k": (0, 2), "q6_k": (208,)}
+               "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
 """Byte offsets of each type's fp16 scales (d, and the min / dmin) in a block; every other
 byte of every type is a free field (quantized values, high bits, packed scales)."""
 

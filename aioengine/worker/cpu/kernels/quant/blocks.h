@@ -15,6 +15,8 @@
  *   Q4_K (256 values, 144 bytes): fp16 d, fp16 dmin, u8 scales[12] (8 6-bit scales and 8
  *       6-bit mins), u8 qs[128]; sub-block s (32 values): x = d*sc[s]*q - dmin*mn[s]; the 64
  *       values of pair p = low then high nibbles of qs[32p .. 32p+32].
+ *   Q5_K (256 values, 176 bytes): fp16 d, fp16 dmin, u8 scales[12] (as Q4_K's), u8 qh[32],
+ *       u8 qs[128] (as Q4_K's); value l of sub-block s takes bit s of qh[l] as its fifth bit.
  *   Q6_K (256 values, 210 bytes): u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits),
  *       int8 scales[16] (one per 16 values), fp16 d; x = d*sc*(q-32).
  *
@@ -31,6 +33,7 @@
 #define T_Q5_1 7
 #define T_Q8_0 8
 #define T_Q4_K 12
+#define T_Q5_K 13
 #define T_Q6_K 14
 
 /* the 32-value types whose blocks carry an fp16 min after d (x = d*q + m) */
@@ -44,6 +47,15 @@ static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
     } else {
         *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
         *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K's and Q5_K's 12 packed bytes q from the 8 6-bit scales and mins */
+static inline void k4_pack_scales(uint8_t *q, const int *sc, const int *mn) {
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        q[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+        q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | (mn[j + 4] & 0xF) << 4);
     }
 }
 
@@ -67,5 +79,29 @@ static inline void q5_pack_vals(uint8_t *qh4, uint8_t *qs, const int *v) {
 
 static inline void q5_0_vals(const uint8_t *p, int *v) { q5_vals(p + 2, p + 6, v); }
 static inline void q5_1_vals(const uint8_t *p, int *v) { q5_vals(p + 4, p + 8, v); }
+
+/* a Q5_K super-block's 256 stored values (0..31) in order, and its scales and mins; and back */
+static inline void q5_k_unpack(const uint8_t *blk, int *q, int *sc, int *mn) {
+    const uint8_t *qh = blk + 16, *qs = blk + 48;
+    for (int s = 0; s < 8; s++) {
+        k4_scale_min(s, blk + 4, &sc[s], &mn[s]);
+        const uint8_t *l4 = qs + 32 * (s / 2);
+        for (int l = 0; l < 32; l++)
+            q[32 * s + l] = ((s & 1 ? l4[l] >> 4 : l4[l] & 0xF)) | ((qh[l] >> s) & 1) << 4;
+    }
+}
+
+static inline void q5_k_pack(uint8_t *blk, const int *q, const int *sc, const int *mn) {
+    k4_pack_scales(blk + 4, sc, mn);
+    uint8_t *qh = blk + 16, *qs = blk + 48;
+    for (int l = 0; l < 32; l++) {
+        int h = 0;
+        for (int s = 0; s < 8; s++) h |= (q[32 * s + l] >> 4) << s;
+        qh[l] = (uint8_t)h;
+    }
+    for (int pr = 0; pr < 4; pr++)
+        for (int l = 0; l < 32; l++)
+            qs[32 * pr + l] = (uint8_t)((q[64 * pr + l] & 0xF) | (q[64 * pr + 32 + l] & 0xF) << 4);
+}
 
 #endif

@@ -22,11 +22,13 @@
  * of the int16 activations per block for Q4_0's offset (sum (q-8)x = sum qx - 8 sum x) and the
  * exact float sums for Q4_1's and Q5_1's min. */
 
-/* K-quants in the x8 layout (Q4_K, Q6_K): per 8 rows and 256-value super-block, a header then
- * 8 sub-blocks of 32 values whose 4-bit parts use the Q4 nibble arrangement above.
+/* K-quants in the x8 layout (Q4_K, Q5_K, Q6_K): per 8 rows and 256-value super-block, a header
+ * then 8 sub-blocks of 32 values whose 4-bit parts use the Q4 nibble arrangement above (Q5_K:
+ * the Q5 payload).
  *   Q4_K (1184 bytes, the file's 8 x 144 plus 32): fp16 d[8] | fp16 dmin[8] | u8 sc[8 sub][8 rows]
  *     | u8 mn[8 sub][8 rows] (the 6-bit scales and mins unpacked) | 8 x 128-byte nibble payloads.
  *     x = (d*sc[s]) q - (dmin*mn[s]): the reference's float products, exact.
+ *   Q5_K (1440 bytes, the file's 8 x 176 plus 32): Q4_K's header | 8 x 160-byte Q5 payloads.
  *   Q6_K (1680 bytes = 8 x 210): fp16 d[8] | int8 sc[16][8 rows] | 8 x (128-byte payload of the
  *     low 4 bits | 64 bytes of high 2 bits: vector h covers chunks 2h, 2h+1; lane r's word 0 holds
  *     values 8c+2i at bits 2(4(c-2h)+i), word 1 values 8c+2i+1). x = (d*sc) (q - 32), one scale
@@ -179,5 +181,71 @@ static inline void q5x_pack(uint8_t *p, int r, const int *v) {
         for (int i = 0; i < mr; i++)                                                          \
             PREFIX##_x8_dot_scalar(gp, nb, xq + i * n32, xs + i * n32, out + 8 * i);          \
     }
+
+/* The x8 entries of a K-quant with 6-bit scales and mins (Q4_K, Q5_K: Q4_K's header, then 8
+ * payloads of PB bytes): ROW_UNPACK(blk, q, sc, mn) / ROW_PACK for a file block, PAY_UNPACK(p, r,
+ * v) / PAY_PACK for row r of a sub-block's payload. GB: bytes of a group block. */
+#define X8K_MIN_FNS(PREFIX, GB, ROW_UNPACK, ROW_PACK, PAY_UNPACK, PAY_PACK)                      \
+    static void PREFIX##_x8k_unpack_row(const uint8_t *g, int r, int *q, int *sc, int *mn) {  \
+        for (int s = 0; s < 8; s++) {                                                         \
+            sc[s] = g[32 + 8 * s + r];                                                        \
+            mn[s] = g[96 + 8 * s + r];                                                        \
+            PAY_UNPACK(g + 160 + (GB - 160) / 8 * s, r, q + 32 * s);                          \
+        }                                                                                     \
+    }                                                                                         \
+    static void PREFIX##_x8_pack(const uint8_t *blk, uint8_t *g, int r) {                     \
+        int q[256], sc[8], mn[8];                                                             \
+        memcpy(g + 2 * r, blk, 2);                                                            \
+        memcpy(g + 16 + 2 * r, blk + 2, 2);                                                   \
+        ROW_UNPACK(blk, q, sc, mn);                                                           \
+        for (int s = 0; s < 8; s++) {                                                         \
+            g[32 + 8 * s + r] = (uint8_t)sc[s];                                               \
+            g[96 + 8 * s + r] = (uint8_t)mn[s];                                               \
+            PAY_PACK(g + 160 + (GB - 160) / 8 * s, r, q + 32 * s);                            \
+        }                                                                                     \
+    }                                                                                         \
+    static void PREFIX##_x8_unpack(const uint8_t *g, int r, uint8_t *blk) {                   \
+        int q[256], sc[8], mn[8];                                                             \
+        memcpy(blk, g + 2 * r, 2);                                                            \
+        memcpy(blk + 2, g + 16 + 2 * r, 2);                                                   \
+        PREFIX##_x8k_unpack_row(g, r, q, sc, mn);                                             \
+        ROW_PACK(blk, q, sc, mn);                                                             \
+    }                                                                                         \
+    /* row r of the groups from g on, the reference's float products */                       \
+    static void PREFIX##_x8_deq(const uint8_t *g0, int64_t nb, int r, float *out0) {          \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            const uint8_t *g = g0 + b * GB;                                                   \
+            float *out = out0 + b * 256;                                                      \
+            int q[256], sc[8], mn[8];                                                         \
+            PREFIX##_x8k_unpack_row(g, r, q, sc, mn);                                         \
+            float d = h2f(g + 2 * r), dmin = h2f(g + 16 + 2 * r);                             \
+            for (int s = 0; s < 8; s++) {                                                     \
+                float ds = d * sc[s], ms = dmin * mn[s];                                      \
+                for (int l = 0; l < 32; l++) out[32 * s + l] = ds * q[32 * s + l] - ms;       \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    /* scalar: 8 outputs of group gp (nb super-blocks) for one x row */                       \
+    static void PREFIX##_x8_dot_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,    \
+                                       const float *xs, float *out) {                         \
+        int q[256], sc[8], mn[8];                                                             \
+        for (int r = 0; r < 8; r++) out[r] = 0.0f;                                            \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            const uint8_t *g = gp + b * GB;                                                   \
+            for (int r = 0; r < 8; r++) {                                                     \
+                PREFIX##_x8k_unpack_row(g, r, q, sc, mn);                                     \
+                float d = h2f(g + 2 * r), acc = 0.0f;                                         \
+                for (int s = 0; s < 8; s++) {                                                 \
+                    const x16_block *xb = &xq[b * 8 + s];                                     \
+                    int32_t si = 0;                                                           \
+                    for (int l = 0; l < 32; l++) si += q[32 * s + l] * xb->q[l];              \
+                    acc += d * sc[s] * xb->d * (float)si -                                    \
+                           h2f(g + 16 + 2 * r) * mn[s] * xs[b * 8 + s];                       \
+                }                                                                             \
+                out[r] += acc;                                                                \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    X8K_SCALAR_GROUP(PREFIX)
 
 #endif

@@ -255,12 +255,13 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
 
 
 /* K-quants: 8 outputs of group gp (nb super-blocks) for MR x rows, out[i*8 + r]. NA integer
- * accumulators per x row and scale group at MR 1 (Q6_K sums the two 16-value halves apart). */
-#define X8K_KERNEL(NAME, TARGET, MADD_ACC, NA1)                                               \
+ * accumulators per x row and scale group at MR 1 (Q6_K sums the two 16-value halves apart).
+ * Q5_K's sub-blocks are Q5_0's payload (SPARE as X8_KERNEL's), its scales and mins Q4_K's. */
+#define X8K_KERNEL(NAME, TARGET, MADD_ACC, SPARE, NA1)                                        \
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, const int32_t *xh, int64_t n32, const int MR, float *out) {      \
-        const int q6 = t == T_Q6_K, gb = q6 ? 1680 : 1184;                                  \
+        const int q6 = t == T_Q6_K, q5 = t == T_Q5_K, gb = q6 ? 1680 : q5 ? 1440 : 1184;    \
         const int NA = MR == 1 ? NA1 : 1;                                                    \
         const __m256i m4 = _mm256_set1_epi16(0x0F), m30 = _mm256_set1_epi16(0x30);          \
         __m256 acc[4], accm[4];                                                              \
@@ -270,14 +271,32 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));         \
             const __m256 dm8 = q6 ? d8 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))); \
             for (int sb = 0; sb < 8; sb++) {                                                 \
-                const uint8_t *q = p + (q6 ? 144 + 192 * sb : 160 + 128 * sb);               \
+                const uint8_t *q = p + (q6 ? 144 + 192 * sb : q5 ? 160 + 160 * sb : 160 + 128 * sb); \
                 const int64_t xb = b * 8 + sb;                                               \
                 X8_PREFETCH(p, sb * gb / 8 / 64 * 64, (sb + 1) * gb / 8);                    \
                 __m256i s[4][2][4];                                                          \
                 for (int i = 0; i < MR; i++)                                                 \
                     for (int hf = 0; hf < 2; hf++)                                           \
                         for (int a = 0; a < NA; a++) s[i][hf][a] = _mm256_setzero_si256();   \
-                for (int c = 0; c < 4; c++) {                                                \
+                if (q5) {                                                                    \
+                    const __m256i m5 = _mm256_set1_epi16(0x1F);                              \
+                    __m256i hb = _mm256_setzero_si256();                                     \
+                    for (int c = 0; c < 5; c++) {                                            \
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));       \
+                        hb = SPARE(hb, v, c);                                                \
+                        for (int h = 0; h < 3; h++) {                                        \
+                            __m256i u = _mm256_and_si256(h ? _mm256_srli_epi16(v, 5 * h) : v, m5); \
+                            const int a = (3 * c + h) % NA;                                  \
+                            for (int i = 0; i < MR; i++)                                     \
+                                s[i][0][a] = MADD_ACC(s[i][0][a], u,                         \
+                                                      bcast_pair(xq[i * n32 + xb].q + 6 * c + 2 * h)); \
+                        }                                                                    \
+                    }                                                                        \
+                    for (int i = 0; i < MR; i++)                                             \
+                        s[i][0][15 % NA] = MADD_ACC(s[i][0][15 % NA], hb,                    \
+                                                    bcast_pair(xq[i * n32 + xb].q + 30));    \
+                }                                                                            \
+                for (int c = 0; c < (q5 ? 0 : 4); c++) {                                     \
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
                     __m256i hv = q6 ? _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * (c / 2))) \
                                     : v;                                                     \
@@ -336,8 +355,8 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
             _mm256_storeu_ps(out + 8 * i, _mm256_add_ps(acc[i], accm[i]));                   \
     }
 
-X8K_KERNEL(x8k_kernel_avx2, AVX2, MADD_AVX2, 2)
-X8K_KERNEL(x8k_kernel_vnni, VNNI, MADD_VNNI, 2)
+X8K_KERNEL(x8k_kernel_avx2, AVX2, MADD_AVX2, SPARE_AVX2, 2)
+X8K_KERNEL(x8k_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, 2)
 
 
 /* the traits entries of a 32-value type: one group (x8_group) and two groups (x8_tile2) of
