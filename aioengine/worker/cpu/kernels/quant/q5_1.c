@@ -1,8 +1,10 @@
 /* Q5_1: 32 values in 24 bytes, fp16 d, fp16 m, u32 qh (the fifth bits), 16 bytes of nibbles;
- * x = d*q + m. Its row-layout kernels are scalar only: the engine runs Q5_1 in the x8 layout,
- * whose AVX2 and VNNI kernels it shares with Q5_0 (the payload) and Q4_1 (the min) (x8_x86.h). */
+ * x = d*q + m. With int16 activations the engine runs it in the x8 layout, whose AVX2 and VNNI
+ * kernels it shares with Q5_0 (the payload) and Q4_1 (the min) (x8_x86.h); the row layout
+ * (float32 activations, x8 off) has AVX2 kernels, the AVX-512 path runs them too. */
 #include "base.h"
 #include "blocks.h"
+#include "row_x86.h"
 #include "traits.h"
 #include "x8.h"
 #include "x8_x86.h"
@@ -46,6 +48,39 @@ static float q5_1_dot_i16_scalar(const uint8_t *w, int64_t nb, const x16_block *
 }
 
 #if QK_X86
+AVX2 static void q5_1_deq_avx2(const uint8_t *w, int64_t nb, float *out) {
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * 24;
+        u8x32_affine(q5_bytes32(p + 4, p + 8), _mm256_set1_ps(h2f_avx(p)),
+                     _mm256_set1_ps(h2f_avx(p + 2)), out + b * 32);
+    }
+}
+
+AVX2 static float q5_1_dot_avx2(const uint8_t *w, int64_t nb, const float *x, const float *xs) {
+    __m256 acc = _mm256_setzero_ps();
+    float tail = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * 24;
+        __m256 s = u8x32_dot(q5_bytes32(p + 4, p + 8), x + b * 32, _mm256_setzero_ps());
+        acc = _mm256_fmadd_ps(s, _mm256_set1_ps(h2f_avx(p)), acc);
+        tail += h2f_avx(p + 2) * xs[b];
+    }
+    return hsum8(acc) + tail;
+}
+
+AVX2 static float q5_1_dot_i16_avx2(const uint8_t *w, int64_t nb, const x16_block *xq,
+                                    const float *xs) {
+    __m256 acc = _mm256_setzero_ps();
+    float tail = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + b * 24;
+        __m256i s = u8x32_madd16(q5_bytes32(p + 4, p + 8), xq[b].q);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(h2f_avx(p) * xq[b].d), acc);
+        tail += h2f_avx(p + 2) * xs[b];
+    }
+    return hsum8(acc) + tail;
+}
+
 X8_SIMD_FNS(q5_1, T_Q5_1)
 #endif
 
@@ -59,10 +94,10 @@ static void q5_1_x8_pack_row(uint8_t *g, int r, const int *v) { q5x_pack(g + 32,
 X8_32_FNS(q5_1, T_Q5_1, 192, q5_1_vals, q5_1_row_pack, q5_1_x8_unpack_row, q5_1_x8_pack_row)
 
 const qk_traits qk_q5_1 = {
-    .name = "q5_1", .type = T_Q5_1, .block = 32, .bytes = 24, .row_level = QK_SCALAR,
-    .deq = QK_PER_LEVEL(q5_1_deq_scalar, q5_1_deq_scalar, q5_1_deq_scalar),
-    .dot = QK_PER_LEVEL(q5_1_dot_scalar, q5_1_dot_scalar, q5_1_dot_scalar),
-    .dot_i16 = QK_PER_LEVEL(q5_1_dot_i16_scalar, q5_1_dot_i16_scalar, q5_1_dot_i16_scalar),
+    .name = "q5_1", .type = T_Q5_1, .block = 32, .bytes = 24, .row_level = QK_AVX512,
+    .deq = QK_PER_LEVEL(q5_1_deq_scalar, q5_1_deq_avx2, q5_1_deq_avx2),
+    .dot = QK_PER_LEVEL(q5_1_dot_scalar, q5_1_dot_avx2, q5_1_dot_avx2),
+    .dot_i16 = QK_PER_LEVEL(q5_1_dot_i16_scalar, q5_1_dot_i16_avx2, q5_1_dot_i16_avx2),
     .x8_group_bytes = 192,
     .x8_pack = q5_1_x8_pack,
     .x8_unpack = q5_1_x8_unpack,
