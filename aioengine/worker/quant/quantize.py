@@ -1,8 +1,8 @@
 """Float weights -> GGUF blocks (numpy), for quantizing Hugging Face weights at load.
 
-Q8_0, Q4_0, Q4_1 and Q5_0 follow ggml's reference quantizers (round-to-nearest, the same bytes as
-``gguf.quants.quantize``). Q4_K and Q6_K use a plain min/max fit per sub-block (ggml's
-``quantize_row_q4_K_ref`` searches scales iteratively; ours is simpler and a little less
+Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 follow ggml's reference quantizers (round-to-nearest, the same
+bytes as ``gguf.quants.quantize``). Q4_K, Q5_K and Q6_K use a plain min/max fit per sub-block
+(ggml's ``quantize_row_q4_K_ref`` searches scales iteratively; ours is simpler and a little less
 accurate, the layout is the same, so the kernels and any GGUF reader take it unchanged).
 Rows are quantized in chunks to bound the scratch.
 """
@@ -53,28 +53,50 @@ def _q4_0(x: np.ndarray) -> np.ndarray:
     return np.concatenate([_f16(d[..., 0]), _pack_nibbles(q.astype(np.uint8))], axis=-1)
 
 
-def _q4_1(x: np.ndarray) -> np.ndarray:
+def _asymmetric(x: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ggml's Q4_1 / Q5_1 rounding: d = (max - min) / top, m = min, stored values
+    trunc((x - m)/d + 0.5) clipped to 0..top; returns (d [.., 1], m [.., 1], values)."""
     lo = x.min(axis=-1, keepdims=True)
     hi = x.max(axis=-1, keepdims=True)
-    d = (hi - lo) / 15.0
+    d = (hi - lo) / float(top)
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = np.where(d != 0, 1.0 / d, 0.0)
-    q = np.clip(np.trunc((x - lo) * inv + 0.5), 0, 15).astype(np.uint8)
-    return np.concatenate([_f16(d[..., 0]), _f16(lo[..., 0]), _pack_nibbles(q)], axis=-1)
+    return d, lo, np.clip(np.trunc((x - lo) * inv + 0.5), 0, top).astype(np.uint32)
+
+
+def _q4_1(x: np.ndarray) -> np.ndarray:
+    d, lo, q = _asymmetric(x, 15)
+    return np.concatenate([_f16(d[..., 0]), _f16(lo[..., 0]), _pack_nibbles(q.astype(np.uint8))],
+                          axis=-1)
+
+
+def _fifth_bits(q: np.ndarray) -> np.ndarray:
+    """Q5_0 / Q5_1's u32 qh of values q [.., 32] (bit j: the fifth bit of value j), as 4 bytes."""
+    qh = ((q >> 4) << np.arange(32, dtype=np.uint32)).sum(axis=-1, dtype=np.uint32)
+    return qh[..., None].astype("<u4").view(np.uint8)
 
 
 def _q5_0(x: np.ndarray) -> np.ndarray:
     d, q = _symmetric(x, 16)
-    qh = ((q >> 4) << np.arange(32, dtype=np.uint32)).sum(axis=-1, dtype=np.uint32)
-    return np.concatenate([_f16(d[..., 0]), qh[..., None].astype("<u4").view(np.uint8),
+    return np.concatenate([_f16(d[..., 0]), _fifth_bits(q),
                            _pack_nibbles((q & 0xF).astype(np.uint8))], axis=-1)
 
 
-def _q4_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
+def _q5_1(x: np.ndarray) -> np.ndarray:
+    d, lo, q = _asymmetric(x, 31)
+    return np.concatenate([_f16(d[..., 0]), _f16(lo[..., 0]), _fifth_bits(q),
+                           _pack_nibbles((q & 0xF).astype(np.uint8))], axis=-1)
+
+
+def _k_min_fit(x: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                  np.ndarray]:
+    """Q4_K's / Q5_K's fit of x [n, nb, 256]: per 32-value sub-block a 6-bit scale and min
+    under the fp16 d and dmin, values 0..top; returns (d, dmin [n, nb, 1], the 12 packed scale
+    bytes, values [n, nb, 8, 32])."""
     sub = x.reshape(*x.shape[:-1], 8, 32)
     lo = np.minimum(sub.min(axis=-1), 0.0)
     hi = sub.max(axis=-1)
-    scale = (hi - lo) / 15.0
+    scale = (hi - lo) / float(top)
     mins = -lo
     d = scale.max(axis=-1, keepdims=True) / 63.0
     dmin = mins.max(axis=-1, keepdims=True) / 63.0
@@ -87,16 +109,35 @@ def _q4_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
         offs = dmin * mn
         q = np.where(step[..., None] > 0,
                      np.round((sub + offs[..., None]) / step[..., None]), 0)
-    q = np.clip(q, 0, 15).astype(np.uint8)  # [n, nb, 8, 32]
+    q = np.clip(q, 0, top).astype(np.uint8)
     scales = np.zeros((*x.shape[:-1], 12), dtype=np.uint8)
     for j in range(4):
         scales[..., j] = sc[..., j] | ((sc[..., j + 4] >> 4) << 6)
         scales[..., j + 4] = mn[..., j] | ((mn[..., j + 4] >> 4) << 6)
         scales[..., j + 8] = (sc[..., j + 4] & 0xF) | ((mn[..., j + 4] & 0xF) << 4)
-    pairs = q.reshape(*x.shape[:-1], 4, 2, 32)
-    qs = (pairs[..., 0, :] | (pairs[..., 1, :] << 4)).reshape(*x.shape[:-1], 128)
-    return np.concatenate([_f16(d[..., 0]), _f16(dmin[..., 0]), scales, qs.astype(np.uint8)],
-                          axis=-1)
+    return d, dmin, scales, q
+
+
+def _k_nibbles(q: np.ndarray) -> np.ndarray:
+    """The 128 bytes qs of values q [n, nb, 8, 32]: sub-blocks 2p, 2p+1 the low and high
+    nibbles of bytes 32p..32p+31."""
+    pairs = (q & 0xF).reshape(*q.shape[:-2], 4, 2, 32)
+    return (pairs[..., 0, :] | (pairs[..., 1, :] << 4)).reshape(*q.shape[:-2], 128)
+
+
+def _q4_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
+    d, dmin, scales, q = _k_min_fit(x, 15)
+    return np.concatenate([_f16(d[..., 0]), _f16(dmin[..., 0]), scales,
+                           _k_nibbles(q).astype(np.uint8)], axis=-1)
+
+
+def _q5_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
+    d, dmin, scales, q = _k_min_fit(x, 31)
+    # qh[l]: bit s is the fifth bit of value l of sub-block s
+    qh = ((q >> 4).astype(np.uint8) << np.arange(8, dtype=np.uint8)[:, None]).sum(
+        axis=-2, dtype=np.uint8)
+    return np.concatenate([_f16(d[..., 0]), _f16(dmin[..., 0]), scales, qh,
+                           _k_nibbles(q).astype(np.uint8)], axis=-1)
 
 
 def _q6_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
@@ -120,9 +161,10 @@ def _q6_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
 
 
 # ggml's reference quantizers compute in float32: so do ours for those types (bytes equal)
-_PRECISION = {"q8_0": np.float32, "q4_0": np.float32, "q4_1": np.float32, "q5_0": np.float32}
-_QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q5_0": _q5_0, "q4_k": _q4_k,
-               "q6_k": _q6_k}
+_PRECISION = {"q8_0": np.float32, "q4_0": np.float32, "q4_1": np.float32, "q5_0": np.float32,
+              "q5_1": np.float32}
+_QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q5_0": _q5_0, "q5_1": _q5_1,
+               "q4_k": _q4_k, "q5_k": _q5_k, "q6_k": _q6_k}
 
 
 def quantize(values: np.ndarray, qtype: str | QType | object) -> np.ndarray:

@@ -102,14 +102,14 @@ def test_many_calls_with_changing_thread_counts(kern):
         check_close(out.numpy(), x, wref)
 
 
-@pytest.mark.parametrize("name", ["q8_0", "q4_0", "q4_1", "q5_0"])
+@pytest.mark.parametrize("name", ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"])
 def test_reference_quantizers_are_byte_equal_to_gguf(name):
     w = np.random.default_rng(3).standard_normal((17, 256)).astype(np.float32)
     w[0, :32] = 0.0  # an all-zero block
     np.testing.assert_array_equal(quantize(w, name), gguf_quantize(w, gtype(name)))
 
 
-@pytest.mark.parametrize("name,rel", [("q4_k", 0.09), ("q6_k", 0.02)])
+@pytest.mark.parametrize("name,rel", [("q4_k", 0.09), ("q5_k", 0.045), ("q6_k", 0.02)])
 def test_k_quantizers_round_trip_through_ggufs_dequantizer(name, rel):
     w = np.random.default_rng(4).standard_normal((8, 512)).astype(np.float32)
     w[1] = 0.0
@@ -141,12 +141,108 @@ def test_bad_inputs_name_the_problem(kern):
         kern.matmul(qt, x, w, out, level=7)
     with pytest.raises(QuantKernelError, match="thread count"):
         kern.matmul(qt, x, w, out, threads=0)
-    with pytest.raises(ValueError, match=r"'q5_1' is not supported.*supported: \['q4_0'"):
-        qtype_of("q5_1")
+    with pytest.raises(ValueError, match=r"'q2_k' is not supported.*supported: \['q4_0'"):
+        qtype_of("q2_k")
     with pytest.raises(ValueError, match="whole blocks of 256"):
         quantize(np.zeros((2, 100), np.float32), "q4_k")
     with pytest.raises(ValueError, match="NaN"):
         quantize(np.full((1, 32), np.nan, np.float32), "q8_0")
+
+
+FP16_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2),
+               "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+"""Byte offsets of each type's fp16 scales (d, and the min / dmin) in a block; every other
+byte of every type is a free field (quantized values, high bits, packed scales)."""
+
+
+def random_blocks(name: str, n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks written field by field, no quantizer: random bytes everywhere, random finite fp16
+    scales; edge blocks: all bits set (every value, scale and min at its largest), all zero,
+    a zero d, a subnormal d, a negative d. Returns them and gguf's float64 values."""
+    qt = QTYPES[name]
+    rng = np.random.default_rng(seed)
+    b = rng.integers(0, 256, (n, k // qt.block, qt.bytes), dtype=np.uint8)
+    fp16 = (rng.choice([-1.0, 1.0], (n, k // qt.block, len(FP16_FIELDS[name])))
+            * 10.0 ** rng.uniform(-4, 0.3, (n, k // qt.block, len(FP16_FIELDS[name]))))
+    edge = [np.float16(0.0), np.float16(6e-8), np.float16(-0.5)]  # 6e-8: a subnormal
+    flat = b.reshape(-1, qt.bytes)
+    f16 = fp16.astype(np.float16).reshape(flat.shape[0], -1)
+    for i in range(min(len(flat), 5)):
+        if i == 0:
+            flat[i] = 0xFF
+            f16[i] = 1.0
+        elif i == 1:
+            flat[i] = 0
+        else:
+            f16[i, 0] = edge[i - 2]
+    for j, off in enumerate(FP16_FIELDS[name]):
+        flat[:, off:off + 2] = f16[:, j:j + 1].view(np.uint8)
+    b = flat.reshape(n, -1)
+    return b, gguf_dequantize(b, gtype(name)).astype(np.float64)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_blocks_from_random_fields_and_edge_values(kern, name):
+    """Blocks no quantizer would write (every bit pattern, extreme scales and mins, zero and
+    subnormal scales) dequantize to exactly gguf's values and multiply within the bound, in
+    the row layout and the x8 layout, on every path and with 1 and 3 threads."""
+    qt = QTYPES[name]
+    rng = np.random.default_rng(8)
+    for n, nb in ((1, 1), (11, 2), (37, 5)):
+        k = nb * qt.block
+        b, wref = random_blocks(name, n, k, seed=n)
+        w = torch.from_numpy(b)
+        x8 = kern.repack_x8(qt, w, k)
+        assert torch.equal(kern.unpack_x8(qt, x8, n, k), w)
+        for m in (1, 5):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            for level in levels(kern):
+                for threads in (1, 3):
+                    got = kern.dequantize(qt, w, k, threads=threads, level=level)
+                    np.testing.assert_array_equal(got.numpy(), wref.astype(np.float32))
+                    got = kern.dequantize_x8(qt, x8, n, k, threads=threads, level=level)
+                    np.testing.assert_array_equal(got.numpy(), wref.astype(np.float32))
+                    for act, rel in (("float32", 1e-5), ("int16", 1e-4)):
+                        out = torch.full((m, n), float("nan"))
+                        kern.matmul(qt, torch.from_numpy(x), w, out, threads=threads,
+                                    level=level, activations=act)
+                        check_close(out.numpy(), x, wref, rel)
+                    out = torch.full((m, n), float("nan"))
+                    kern.matmul_x8(qt, torch.from_numpy(x), x8, out, threads=threads, level=level)
+                    check_close(out.numpy(), x, wref, 1e-4)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_rows_whose_bytes_do_not_fit_the_type_are_refused_in_python(kern, name):
+    """A weight whose byte size does not match its type and shape is a QuantKernelError naming
+    the sizes, from every entry point, before any C code reads it."""
+    qt = QTYPES[name]
+    k = 2 * qt.block
+    b, _ = blocks_of(name, 9, k)
+    short = torch.from_numpy(np.ascontiguousarray(b[:, :-1]))
+    rb = qt.row_bytes(k)
+    msg = f"{name} rows of K={k} values take {rb} bytes, got rows of {rb - 1} bytes"
+    with pytest.raises(QuantKernelError, match=msg):
+        kern.matmul(qt, torch.randn(1, k), short, torch.empty(1, 9))
+    with pytest.raises(QuantKernelError, match=msg):
+        kern.dequantize(qt, short, k)
+    with pytest.raises(QuantKernelError, match=msg):
+        kern.repack_x8(qt, short, k)
+    x8 = kern.repack_x8(qt, torch.from_numpy(b), k)
+    cut = x8[:-1].contiguous()
+    msg8 = f"9 {name} rows of {k} values take {x8.numel()} bytes in the x8 layout, got " \
+           f"{x8.numel() - 1}"
+    with pytest.raises(QuantKernelError, match=msg8):
+        kern.matmul_x8(qt, torch.randn(1, k), cut, torch.empty(1, 9))
+    with pytest.raises(QuantKernelError, match=msg8):
+        kern.unpack_x8(qt, cut, 9, k)
+    with pytest.raises(QuantKernelError, match=msg8):
+        kern.dequantize_x8(qt, cut, 9, k)
+    from aioengine.worker.quant.weight import QuantizedWeight, QuantPolicy
+
+    qw = QuantizedWeight(9, k, QuantPolicy("gguf"), kern)
+    with pytest.raises(ValueError, match=f"{name} rows of {k} values must be uint8 \\[9, {rb}\\]"):
+        qw.set_rows(0, qt, short)
 
 
 def test_scalar_fallback_is_what_a_cpu_without_avx2_gets(kern):

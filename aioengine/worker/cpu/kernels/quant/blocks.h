@@ -11,9 +11,12 @@
  *       value j < 16 is the low nibble of qs[j], value j+16 its high nibble.
  *   Q5_0 (32 values, 22 bytes): fp16 d, u32 qh (bit j: the fifth bit of value j), u8 qs[16];
  *       x = d*(q-16)
+ *   Q5_1 (32 values, 24 bytes): fp16 d, fp16 m, u32 qh, u8 qs[16] (as Q5_0's); x = d*q + m
  *   Q4_K (256 values, 144 bytes): fp16 d, fp16 dmin, u8 scales[12] (8 6-bit scales and 8
  *       6-bit mins), u8 qs[128]; sub-block s (32 values): x = d*sc[s]*q - dmin*mn[s]; the 64
  *       values of pair p = low then high nibbles of qs[32p .. 32p+32].
+ *   Q5_K (256 values, 176 bytes): fp16 d, fp16 dmin, u8 scales[12] (as Q4_K's), u8 qh[32],
+ *       u8 qs[128] (as Q4_K's); value l of sub-block s takes bit s of qh[l] as its fifth bit.
  *   Q6_K (256 values, 210 bytes): u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits),
  *       int8 scales[16] (one per 16 values), fp16 d; x = d*sc*(q-32).
  *
@@ -27,9 +30,14 @@
 #define T_Q4_0 2
 #define T_Q4_1 3
 #define T_Q5_0 6
+#define T_Q5_1 7
 #define T_Q8_0 8
 #define T_Q4_K 12
+#define T_Q5_K 13
 #define T_Q6_K 14
+
+/* the 32-value types whose blocks carry an fp16 min after d (x = d*q + m) */
+#define X8_HAS_MIN(T) ((T) == T_Q4_1 || (T) == T_Q5_1)
 
 /* Q4_K's 6-bit scale and min of sub-block j from the 12 packed bytes q */
 static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
@@ -42,14 +50,58 @@ static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *mn) {
     }
 }
 
-/* the 32 stored values (0..31) of a Q5_0 block: low nibbles of qs, bit j of qh on top of value j */
-static inline void q5_0_vals(const uint8_t *p, int *v) {
-    uint32_t qh = (uint32_t)p[2] | (uint32_t)p[3] << 8 | (uint32_t)p[4] << 16 | (uint32_t)p[5] << 24;
-    const uint8_t *qs = p + 6;
+/* Q4_K's and Q5_K's 12 packed bytes q from the 8 6-bit scales and mins */
+static inline void k4_pack_scales(uint8_t *q, const int *sc, const int *mn) {
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        q[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+        q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | (mn[j + 4] & 0xF) << 4);
+    }
+}
+
+/* the 32 stored values (0..31) of a Q5_0 / Q5_1 block from its u32 qh and 16 bytes qs: low
+ * nibbles of qs, bit j of qh on top of value j; and back */
+static inline void q5_vals(const uint8_t *qh4, const uint8_t *qs, int *v) {
+    uint32_t qh = (uint32_t)qh4[0] | (uint32_t)qh4[1] << 8 | (uint32_t)qh4[2] << 16 |
+                  (uint32_t)qh4[3] << 24;
     for (int j = 0; j < 16; j++) {
         v[j] = (qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
         v[j + 16] = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
     }
+}
+
+static inline void q5_pack_vals(uint8_t *qh4, uint8_t *qs, const int *v) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; j++) qh |= (uint32_t)(v[j] >> 4) << j;
+    for (int i = 0; i < 4; i++) qh4[i] = (uint8_t)(qh >> (8 * i));
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((v[j] & 0xF) | (v[j + 16] & 0xF) << 4);
+}
+
+static inline void q5_0_vals(const uint8_t *p, int *v) { q5_vals(p + 2, p + 6, v); }
+static inline void q5_1_vals(const uint8_t *p, int *v) { q5_vals(p + 4, p + 8, v); }
+
+/* a Q5_K super-block's 256 stored values (0..31) in order, and its scales and mins; and back */
+static inline void q5_k_unpack(const uint8_t *blk, int *q, int *sc, int *mn) {
+    const uint8_t *qh = blk + 16, *qs = blk + 48;
+    for (int s = 0; s < 8; s++) {
+        k4_scale_min(s, blk + 4, &sc[s], &mn[s]);
+        const uint8_t *l4 = qs + 32 * (s / 2);
+        for (int l = 0; l < 32; l++)
+            q[32 * s + l] = ((s & 1 ? l4[l] >> 4 : l4[l] & 0xF)) | ((qh[l] >> s) & 1) << 4;
+    }
+}
+
+static inline void q5_k_pack(uint8_t *blk, const int *q, const int *sc, const int *mn) {
+    k4_pack_scales(blk + 4, sc, mn);
+    uint8_t *qh = blk + 16, *qs = blk + 48;
+    for (int l = 0; l < 32; l++) {
+        int h = 0;
+        for (int s = 0; s < 8; s++) h |= (q[32 * s + l] >> 4) << s;
+        qh[l] = (uint8_t)h;
+    }
+    for (int pr = 0; pr < 4; pr++)
+        for (int l = 0; l < 32; l++)
+            qs[32 * pr + l] = (uint8_t)((q[64 * pr + l] & 0xF) | (q[64 * pr + 32 + l] & 0xF) << 4);
 }
 
 #endif

@@ -203,87 +203,13 @@ static void q4_k_krow_unpack(const uint8_t *blk, int *q, int *sc, int *mn) {
 }
 
 static void q4_k_krow_pack(uint8_t *blk, const int *q, const int *sc, const int *mn) {
-    uint8_t *s = blk + 4;
-    for (int j = 0; j < 4; j++) {
-        s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
-        s[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
-        s[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | (mn[j + 4] & 0xF) << 4);
-    }
+    k4_pack_scales(blk + 4, sc, mn);
     for (int pr = 0; pr < 4; pr++)
         for (int l = 0; l < 32; l++)
             blk[16 + 32 * pr + l] = (uint8_t)(q[64 * pr + l] | q[64 * pr + 32 + l] << 4);
 }
 
-static void q4_k_x8k_unpack_row(const uint8_t *g, int r, int *q, int *sc, int *mn) {
-    for (int s = 0; s < 8; s++) {
-        sc[s] = g[32 + 8 * s + r];
-        mn[s] = g[96 + 8 * s + r];
-        nib_unpack(g + 160 + 128 * s, r, q + 32 * s);
-    }
-}
-
-static void q4_k_x8k_pack_row(uint8_t *g, int r, const int *q, const int *sc, const int *mn) {
-    for (int s = 0; s < 8; s++) {
-        g[32 + 8 * s + r] = (uint8_t)sc[s];
-        g[96 + 8 * s + r] = (uint8_t)mn[s];
-        nib_pack(g + 160 + 128 * s, r, q + 32 * s);
-    }
-}
-
-static void q4_k_x8_pack(const uint8_t *blk, uint8_t *g, int r) {
-    int q[256], sc[16], mn[8];
-    memcpy(g + 2 * r, blk, 2);
-    memcpy(g + 16 + 2 * r, blk + 2, 2);
-    q4_k_krow_unpack(blk, q, sc, mn);
-    q4_k_x8k_pack_row(g, r, q, sc, mn);
-}
-
-static void q4_k_x8_unpack(const uint8_t *g, int r, uint8_t *blk) {
-    int q[256], sc[16], mn[8];
-    memcpy(blk, g + 2 * r, 2);
-    memcpy(blk + 2, g + 16 + 2 * r, 2);
-    q4_k_x8k_unpack_row(g, r, q, sc, mn);
-    q4_k_krow_pack(blk, q, sc, mn);
-}
-
-/* row r of the groups from g on, the reference's float products */
-static void q4_k_x8_deq(const uint8_t *g0, int64_t nb, int r, float *out0) {
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *g = g0 + b * 1184;
-        float *out = out0 + b * 256;
-        int q[256], sc[16], mn[8];
-        q4_k_x8k_unpack_row(g, r, q, sc, mn);
-        float d = h2f(g + 2 * r);
-        float dmin = h2f(g + 16 + 2 * r);
-        for (int s = 0; s < 8; s++) {
-            float ds = d * sc[s], ms = dmin * mn[s];
-            for (int l = 0; l < 32; l++) out[32 * s + l] = ds * q[32 * s + l] - ms;
-        }
-    }
-}
-
-/* scalar: 8 outputs of group gp (nb super-blocks) for one x row */
-static void q4_k_x8_dot_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,
-                               const float *xs, float *out) {
-    int q[256], sc[16], mn[8];
-    for (int r = 0; r < 8; r++) out[r] = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *g = gp + b * 1184;
-        for (int r = 0; r < 8; r++) {
-            q4_k_x8k_unpack_row(g, r, q, sc, mn);
-            float d = h2f(g + 2 * r), acc = 0.0f;
-            for (int s = 0; s < 8; s++) {
-                const x16_block *xb = &xq[b * 8 + s];
-                int32_t si = 0;
-                for (int l = 0; l < 32; l++) si += q[32 * s + l] * xb->q[l];
-                acc += d * sc[s] * xb->d * (float)si - h2f(g + 16 + 2 * r) * mn[s] * xs[b * 8 + s];
-            }
-            out[r] += acc;
-        }
-    }
-}
-
-X8K_SCALAR_GROUP(q4_k)
+X8K_MIN_FNS(q4_k, 1184, q4_k_krow_unpack, q4_k_krow_pack, nib_unpack, nib_pack)
 
 const qk_traits qk_q4_k = {
     .name = "q4_k", .type = T_Q4_K, .block = 256, .bytes = 144, .row_level = QK_AVX512,

@@ -50,46 +50,12 @@ static float q5_0_dot_i16_scalar(const uint8_t *w, int64_t nb, const x16_block *
 X8_SIMD_FNS(q5_0, T_Q5_0)
 #endif
 
-/* x8 layout: 5 chunks of 32 bytes after the 8 scales (x8.h) */
-static void q5_0_row_pack(uint8_t *blk, const int *v) {
-    uint32_t qh = 0;
-    for (int j = 0; j < 32; j++) qh |= (uint32_t)(v[j] >> 4) << j;
-    for (int i = 0; i < 4; i++) blk[2 + i] = (uint8_t)(qh >> (8 * i));
-    for (int j = 0; j < 16; j++) blk[6 + j] = (uint8_t)((v[j] & 0xF) | (v[j + 16] & 0xF) << 4);
-}
+/* x8 layout: the Q5 payload after the 8 scales (x8.h) */
+static void q5_0_row_pack(uint8_t *blk, const int *v) { q5_pack_vals(blk + 2, blk + 6, v); }
 
-static void q5_0_x8_unpack_row(const uint8_t *g, int r, int *v) {
-    const uint8_t *p = g + 16;
-    int v30 = 0, v31 = 0;
-    for (int c = 0; c < 5; c++) {
-        const uint8_t *l = p + c * 32 + r * 4;
-        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
-        for (int i = 0; i < 3; i++) {
-            v[6 * c + 2 * i] = (w0 >> (5 * i)) & 0x1F;
-            v[6 * c + 2 * i + 1] = (w1 >> (5 * i)) & 0x1F;
-        }
-        v30 |= (int)(w0 >> 15) << c;
-        v31 |= (int)(w1 >> 15) << c;
-    }
-    v[30] = v30;
-    v[31] = v31;
-}
+static void q5_0_x8_unpack_row(const uint8_t *g, int r, int *v) { q5x_unpack(g + 16, r, v); }
 
-static void q5_0_x8_pack_row(uint8_t *g, int r, const int *v) {
-    uint8_t *p = g + 16;
-    for (int c = 0; c < 5; c++) {
-        unsigned w0 = (unsigned)((v[30] >> c) & 1) << 15, w1 = (unsigned)((v[31] >> c) & 1) << 15;
-        for (int i = 0; i < 3; i++) {
-            w0 |= (unsigned)v[6 * c + 2 * i] << (5 * i);
-            w1 |= (unsigned)v[6 * c + 2 * i + 1] << (5 * i);
-        }
-        uint8_t *l = p + c * 32 + r * 4;
-        l[0] = w0 & 0xFF;
-        l[1] = w0 >> 8;
-        l[2] = w1 & 0xFF;
-        l[3] = w1 >> 8;
-    }
-}
+static void q5_0_x8_pack_row(uint8_t *g, int r, const int *v) { q5x_pack(g + 16, r, v); }
 
 X8_32_FNS(q5_0, T_Q5_0, 176, q5_0_vals, q5_0_row_pack, q5_0_x8_unpack_row, q5_0_x8_pack_row)
 

@@ -172,6 +172,62 @@ AVX2 static inline __attribute__((always_inline)) float q4_i16_avx2(
     return hsum8(_mm256_add_ps(acc0, acc1)) + (t0 + t1);
 }
 
+/* the 32 values (0..31) of a Q5_0 / Q5_1 block as bytes in order: the low nibbles of qs
+ * (values 0..15), then its high nibbles (16..31), bit j of the 32-bit qh on top of value j (each
+ * byte j picks qh's byte j/8, an OR with all bits but j%8 and a compare test bit j) */
+AVX2 static inline __m256i q5_bytes32(const uint8_t *qh4, const uint8_t *qs) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                             0x0101010101010101, 0);
+    __m256i bits = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread);
+    bits = _mm256_cmpeq_epi8(_mm256_or_si256(bits, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                             _mm256_set1_epi64x(-1));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+    return _mm256_or_si256(nib, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)));
+}
+
+/* the 32 values (0..31) of sub-block s of the Q5_K super-block p as bytes: pair s/2's low or
+ * high nibbles, bit s of qh[l] on top of value l */
+AVX2 static inline __m256i q5_k_bytes32(const uint8_t *p, int s) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    __m256i qs = _mm256_loadu_si256((const __m256i *)(p + 48 + 32 * (s / 2)));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(p + 16));
+    __m256i nib = _mm256_and_si256(s & 1 ? _mm256_srli_epi16(qs, 4) : qs, m4);
+    __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, s), one); /* bit s of each byte */
+    return _mm256_or_si256(nib, _mm256_slli_epi16(hb, 4));
+}
+
+/* acc + the 32 unsigned bytes of v times x[0..32) (8 partial sums) */
+AVX2 static inline __m256 u8x32_dot(__m256i v, const float *x, __m256 acc) {
+    __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    acc = _mm256_fmadd_ps(u8x8(lo), _mm256_loadu_ps(x), acc);
+    acc = _mm256_fmadd_ps(u8x8(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), acc);
+    acc = _mm256_fmadd_ps(u8x8(hi), _mm256_loadu_ps(x + 16), acc);
+    return _mm256_fmadd_ps(u8x8(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), acc);
+}
+
+/* the 32 unsigned bytes of v times 32 int16 activations: 8 int32 partial sums */
+AVX2 static inline __m256i u8x32_madd16(__m256i v, const int16_t *x) {
+    __m256i a = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(v));
+    __m256i b = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1));
+    return _mm256_add_epi32(_mm256_madd_epi16(a, _mm256_loadu_si256((const __m256i *)x)),
+                            _mm256_madd_epi16(b, _mm256_loadu_si256((const __m256i *)(x + 16))));
+}
+
+/* out[0..32) = d * v + m for the 32 unsigned bytes of v. With d an fp16 scale (Q5_K: times a
+ * 6-bit one) and v 5 bits, d * v fits float32's 24 bits: the FMA's one rounding gives the
+ * reference's d*q + m (two roundings) exactly. */
+AVX2 static inline void u8x32_affine(__m256i v, __m256 d, __m256 m, float *out) {
+    __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    _mm256_storeu_ps(out, _mm256_fmadd_ps(u8x8(lo), d, m));
+    _mm256_storeu_ps(out + 8, _mm256_fmadd_ps(u8x8(_mm_srli_si128(lo, 8)), d, m));
+    _mm256_storeu_ps(out + 16, _mm256_fmadd_ps(u8x8(hi), d, m));
+    _mm256_storeu_ps(out + 24, _mm256_fmadd_ps(u8x8(_mm_srli_si128(hi, 8)), d, m));
+}
+
 /* AVX-512: 4-bit values looked up in a 16-entry table of their dequantized floats (vpermps) */
 AVX512 static inline __m512 nib_lut_dot32(__m128i q, __m512 lut, const float *x, __m512 acc) {
     const __m128i m = _mm_set1_epi8(0x0F);

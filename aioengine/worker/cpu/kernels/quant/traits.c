@@ -7,8 +7,10 @@ static const qk_traits *const TYPES[] = {
     [T_Q4_0] = &qk_q4_0,
     [T_Q4_1] = &qk_q4_1,
     [T_Q5_0] = &qk_q5_0,
+    [T_Q5_1] = &qk_q5_1,
     [T_Q8_0] = &qk_q8_0,
     [T_Q4_K] = &qk_q4_k,
+    [T_Q5_K] = &qk_q5_k,
     [T_Q6_K] = &qk_q6_k,
 };
 

@@ -38,8 +38,9 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
-        const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176          \
+                     : t == T_Q5_1 ? 192 : 272;                                              \
+        const int po = X8_HAS_MIN(t) ? 32 : 16;                                              \
         const int NA = MR == 1 ? NA1 : MR == 2 ? (NA1 > 2 ? 2 : NA1) : NA3;                  \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
         __m256 acc[4], accm[4];                                                              \
@@ -50,7 +51,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
             __m256i s[4][4];                                                                 \
             for (int i = 0; i < MR; i++)                                                     \
                 for (int a = 0; a < NA; a++) s[i][a] = _mm256_setzero_si256();               \
-            if (t == T_Q5_0) {                                                               \
+            if (t == T_Q5_0 || t == T_Q5_1) {                                                \
                 const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
                 __m256i hb = _mm256_setzero_si256();                                         \
                 for (int c = 0; c < 5; c++) {                                                \
@@ -97,7 +98,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
                 }                                                                            \
             }                                                                                \
             __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));               \
-            __m256 m8 = t == T_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))) \
+            __m256 m8 = X8_HAS_MIN(t) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))) \
                                     : d8;                                                    \
             for (int i = 0; i < MR; i++) {                                                   \
                 __m256i si = s[i][0];                                                        \
@@ -108,7 +109,7 @@ AVX2 static inline __m256i bcast_pair(const int16_t *p) {
                 acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si),                             \
                                          _mm256_mul_ps(d8, _mm256_set1_ps(xq[i * n32 + b].d)), \
                                          acc[i]);                                            \
-                if (t == T_Q4_1)                                                             \
+                if (X8_HAS_MIN(t))                                                           \
                     accm[i] = _mm256_fmadd_ps(m8, _mm256_set1_ps(xs[i * n32 + b]), accm[i]); \
             }                                                                                \
         }                                                                                    \
@@ -145,8 +146,9 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, X8_NA_VNNI, 2)
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, int64_t n32, const int MR, float *out) {                         \
-        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176 : 272;    \
-        const int po = t == T_Q4_1 ? 32 : 16;                                                \
+        const int gb = t == T_Q4_0 ? 144 : t == T_Q4_1 ? 160 : t == T_Q5_0 ? 176          \
+                     : t == T_Q5_1 ? 192 : 272;                                              \
+        const int po = X8_HAS_MIN(t) ? 32 : 16;                                              \
         const int64_t gs = nb * gb; /* the second group */                                   \
         const __m256i m4 = _mm256_set1_epi16(0x0F);                                          \
         __m256 acc[4][2], accm[4][2];                                                        \
@@ -161,7 +163,7 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, X8_NA_VNNI, 2)
             for (int i = 0; i < MR; i++) s[i][0] = s[i][1] = _mm256_setzero_si256();          \
             const int16_t *xb[4];                                                            \
             for (int i = 0; i < MR; i++) xb[i] = xq[i * n32 + b].q;                          \
-            if (t == T_Q5_0) {                                                               \
+            if (t == T_Q5_0 || t == T_Q5_1) {                                                \
                 const __m256i m5 = _mm256_set1_epi16(0x1F);                                  \
                 __m256i hb0 = _mm256_setzero_si256(), hb1 = _mm256_setzero_si256();          \
                 for (int c = 0; c < 5; c++) {                                                \
@@ -231,7 +233,7 @@ X8_KERNEL(x8_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, X8_NA_VNNI, 2)
                                             acc[i][0]);                                      \
                 acc[i][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(d1, xd),  \
                                             acc[i][1]);                                      \
-                if (t == T_Q4_1) {                                                           \
+                if (X8_HAS_MIN(t)) {                                                         \
                     __m256 xsb = _mm256_set1_ps(xs[i * n32 + b]);                            \
                     accm[i][0] = _mm256_fmadd_ps(                                            \
                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p0 + 16))), xsb,   \
@@ -253,12 +255,13 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
 
 
 /* K-quants: 8 outputs of group gp (nb super-blocks) for MR x rows, out[i*8 + r]. NA integer
- * accumulators per x row and scale group at MR 1 (Q6_K sums the two 16-value halves apart). */
-#define X8K_KERNEL(NAME, TARGET, MADD_ACC, NA1)                                               \
+ * accumulators per x row and scale group at MR 1 (Q6_K sums the two 16-value halves apart).
+ * Q5_K's sub-blocks are Q5_0's payload (SPARE as X8_KERNEL's), its scales and mins Q4_K's. */
+#define X8K_KERNEL(NAME, TARGET, MADD_ACC, SPARE, NA1)                                        \
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, const int32_t *xh, int64_t n32, const int MR, float *out) {      \
-        const int q6 = t == T_Q6_K, gb = q6 ? 1680 : 1184;                                  \
+        const int q6 = t == T_Q6_K, q5 = t == T_Q5_K, gb = q6 ? 1680 : q5 ? 1440 : 1184;    \
         const int NA = MR == 1 ? NA1 : 1;                                                    \
         const __m256i m4 = _mm256_set1_epi16(0x0F), m30 = _mm256_set1_epi16(0x30);          \
         __m256 acc[4], accm[4];                                                              \
@@ -268,14 +271,32 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));         \
             const __m256 dm8 = q6 ? d8 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))); \
             for (int sb = 0; sb < 8; sb++) {                                                 \
-                const uint8_t *q = p + (q6 ? 144 + 192 * sb : 160 + 128 * sb);               \
+                const uint8_t *q = p + (q6 ? 144 + 192 * sb : q5 ? 160 + 160 * sb : 160 + 128 * sb); \
                 const int64_t xb = b * 8 + sb;                                               \
                 X8_PREFETCH(p, sb * gb / 8 / 64 * 64, (sb + 1) * gb / 8);                    \
                 __m256i s[4][2][4];                                                          \
                 for (int i = 0; i < MR; i++)                                                 \
                     for (int hf = 0; hf < 2; hf++)                                           \
                         for (int a = 0; a < NA; a++) s[i][hf][a] = _mm256_setzero_si256();   \
-                for (int c = 0; c < 4; c++) {                                                \
+                if (q5) {                                                                    \
+                    const __m256i m5 = _mm256_set1_epi16(0x1F);                              \
+                    __m256i hb = _mm256_setzero_si256();                                     \
+                    for (int c = 0; c < 5; c++) {                                            \
+                        __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));       \
+                        hb = SPARE(hb, v, c);                                                \
+                        for (int h = 0; h < 3; h++) {                                        \
+                            __m256i u = _mm256_and_si256(h ? _mm256_srli_epi16(v, 5 * h) : v, m5); \
+                            const int a = (3 * c + h) % NA;                                  \
+                            for (int i = 0; i < MR; i++)                                     \
+                                s[i][0][a] = MADD_ACC(s[i][0][a], u,                         \
+                                                      bcast_pair(xq[i * n32 + xb].q + 6 * c + 2 * h)); \
+                        }                                                                    \
+                    }                                                                        \
+                    for (int i = 0; i < MR; i++)                                             \
+                        s[i][0][15 % NA] = MADD_ACC(s[i][0][15 % NA], hb,                    \
+                                                    bcast_pair(xq[i * n32 + xb].q + 30));    \
+                }                                                                            \
+                for (int c = 0; c < (q5 ? 0 : 4); c++) {                                     \
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
                     __m256i hv = q6 ? _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * (c / 2))) \
                                     : v;                                                     \
@@ -334,8 +355,8 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
             _mm256_storeu_ps(out + 8 * i, _mm256_add_ps(acc[i], accm[i]));                   \
     }
 
-X8K_KERNEL(x8k_kernel_avx2, AVX2, MADD_AVX2, 2)
-X8K_KERNEL(x8k_kernel_vnni, VNNI, MADD_VNNI, 2)
+X8K_KERNEL(x8k_kernel_avx2, AVX2, MADD_AVX2, SPARE_AVX2, 2)
+X8K_KERNEL(x8k_kernel_vnni, VNNI, MADD_VNNI, SPARE_VNNI, 2)
 
 
 /* the traits entries of a 32-value type: one group (x8_group) and two groups (x8_tile2) of
