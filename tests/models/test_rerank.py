@@ -114,3 +114,42 @@ def test_bge_pools_the_first_token_normalized():
             cls = model(input_ids=torch.tensor([x])).last_hidden_state[0, 0]
         expected = torch.nn.functional.normalize(cls, dim=0)
         assert torch.allclose(torch.tensor(pooled.embedding), expected, atol=1e-5)
+
+
+NOTES = {
+    "berlin.md": "Berlin is the capital of Germany.\n\nThe Berlin TV tower is 368 metres tall "
+                 "and stands at Alexanderplatz.",
+    "paris.txt": "Paris is the capital of France.\n\nThe Eiffel Tower is 330 metres tall.",
+    "cooking.txt": "Boil the pasta for nine minutes, then drain it.",
+}
+
+
+async def test_the_rag_example_retrieves_reranks_and_answers(reranker, tmp_path):
+    """examples/rag: the folder's paragraphs embedded by the real MiniLM, the candidates
+    reordered by the real cross-encoder, the answer written by a chat model (tiny: its text is
+    meaningless, the retrieval is what is checked)."""
+    import importlib.util
+    import os
+
+    from tests.server.app_server import serve_app
+    from tests.server.server_process import ROOT
+
+    for name, text in NOTES.items():
+        (tmp_path / name).write_text(text)
+    spec = importlib.util.spec_from_file_location(
+        "rag_app", os.path.join(ROOT, "examples", "rag", "app.py"))
+    rag_app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rag_app)
+    async with AsyncMPClient(EngineConfig(model="all-minilm-l6-v2", device="cpu")) as embedder, \
+            AsyncMPClient(EngineConfig(model="tiny", device="cpu")) as chat:
+        rag = rag_app.Rag(embedder, chat, reranker)
+        assert await rag.index(tmp_path) == 5
+        async with serve_app(rag_app.create_rag_app(rag)) as srv, aiohttp.ClientSession() as s:
+            async with s.post(srv.make_url("/ask"),
+                              json={"question": "How tall is the TV tower in Berlin?"}) as r:
+                body = await r.json()
+            assert r.status == 200 and isinstance(body["answer"], str)
+            assert body["sources"][0] == {"source": "berlin.md", "text": NOTES["berlin.md"]
+                                          .split("\n\n")[1]}
+            async with s.post(srv.make_url("/ask"), json={"question": ""}) as r:
+                assert r.status == 400
