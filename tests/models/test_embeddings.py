@@ -146,3 +146,19 @@ async def test_http_bad_inputs_get_400s_naming_the_field(embedder):
             assert r.status == 200
     stats = await embedder.get_stats()
     assert stats.num_running == stats.num_waiting == 0 and stats.kv_blocks_used == 0
+
+
+async def test_langchain_openai_embeddings(embedder):
+    """LangChain's ``OpenAIEmbeddings`` pointed at the server, unchanged but for the setting
+    every OpenAI-compatible server needs (``check_embedding_ctx_length=False``: otherwise it
+    sends OpenAI's own tiktoken ids)."""
+    from langchain_openai import OpenAIEmbeddings
+
+    async with app_server(embedder) as srv:
+        lc = OpenAIEmbeddings(model=MODEL, base_url=str(srv.make_url("/v1")), api_key="unused",
+                              check_embedding_ctx_length=False, max_retries=0)
+        docs = await lc.aembed_documents(TEXTS[:2])
+        query = await lc.aembed_query(TEXTS[0])
+    assert cosine(docs[0], reference(TEXTS[0])[1]) >= 0.999
+    assert cosine(docs[1], reference(TEXTS[1])[1]) >= 0.999
+    assert cosine(query, docs[0]) > 0.99999
