@@ -67,7 +67,7 @@ def split_inputs(value: Any) -> list[str | list[int]]:
 
 class EmbeddingsRoutes(PooledRoutes):
     def add_to(self, app: web.Application) -> None:
-        app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_post("/v1/embeddings", self.measured("embeddings", self.embeddings))
 
     async def embeddings(self, request: web.Request) -> web.Response:
         req = decode(_DECODER, await read_body(request, self._limit))

@@ -113,8 +113,8 @@ class ServerMetrics:
     def __init__(self, model: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "aioengine_requests", "HTTP generation requests by endpoint and outcome "
-            "(stop, length, abort, error, rejected, disconnected, engine_dead)",
+            "aioengine_requests", "HTTP generation, embedding and rerank requests by endpoint "
+            "and outcome (stop, length, abort, error, rejected, disconnected, engine_dead)",
             ["model", "endpoint", "outcome"], registry=self.registry)
         self.ttft = Histogram("aioengine_time_to_first_token_seconds",
                               "Time from request arrival to its first token", ["model"],

@@ -5,25 +5,50 @@ the rest (nothing keeps running for a request already answered)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
+
+from aiohttp import web
 
 from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError
 from aioengine.server.errors import ApiError, engine_dead, from_value_error
 from aioengine.server.generate import RETRY_AFTER_S
+from aioengine.server.metrics import ServerMetrics
 
 T = TypeVar("T")
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_OUTCOMES = {"engine_dead": "engine_dead", "overloaded": "overloaded"}
+
+
 class PooledRoutes:
-    """What the embedding and rerank routes share: the client, the served name, the limits."""
+    """What the embedding and rerank routes share: the client, the served name, the limits,
+    and the request metrics (``aioengine_requests_total`` by endpoint and outcome, the e2e
+    latency of those answered)."""
 
     def __init__(self, client: AsyncMPClient, check_model: Callable[[str | None], None],
-                 model_name: str, max_request_bytes: int) -> None:
+                 model_name: str, max_request_bytes: int, metrics: ServerMetrics) -> None:
         self._client = client
         self._check_model = check_model
         self._model = model_name
         self._limit = max_request_bytes
+        self._metrics = metrics
+
+    def measured(self, endpoint: str, handler: Handler) -> Handler:
+        async def run(request: web.Request) -> web.StreamResponse:
+            start = time.monotonic()
+            try:
+                response = await handler(request)
+            except ApiError as e:
+                self._metrics.count(endpoint, _OUTCOMES.get(e.code or "", "rejected"))
+                raise
+            self._metrics.count(endpoint, "stop")
+            self._metrics.finished(time.monotonic() - start)
+            return response
+
+        return run
 _THREAD_CHARS = 16384  # inputs longer in total are tokenized in a thread, off the event loop
 
 

@@ -56,9 +56,10 @@ _SCORE = msgspec.json.Decoder(ScoreRequest)
 
 class RerankRoutes(PooledRoutes):
     def add_to(self, app: web.Application) -> None:
-        app.router.add_post("/v1/rerank", self.rerank)
-        app.router.add_post("/v2/rerank", self.rerank)
-        app.router.add_post("/score", self.score)
+        rerank = self.measured("rerank", self.rerank)
+        app.router.add_post("/v1/rerank", rerank)
+        app.router.add_post("/v2/rerank", rerank)
+        app.router.add_post("/score", self.measured("score", self.score))
 
     async def rerank(self, request: web.Request) -> web.Response:
         req = decode(_RERANK, await read_body(request, self._limit))

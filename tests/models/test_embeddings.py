@@ -144,6 +144,12 @@ async def test_http_bad_inputs_get_400s_naming_the_field(embedder):
         # nothing stalled: a good request is answered
         async with s.post(srv.make_url("/v1/embeddings"), json={"input": "still here"}) as r:
             assert r.status == 200
+        async with s.get(srv.make_url("/metrics")) as r:
+            metrics = await r.text()
+        assert (f'aioengine_requests_total{{endpoint="embeddings",model="{MODEL}",'
+                f'outcome="rejected"}} {len(cases) + 1}.0') in metrics  # and the 404
+        assert (f'aioengine_requests_total{{endpoint="embeddings",model="{MODEL}",'
+                'outcome="stop"} 1.0') in metrics
     stats = await embedder.get_stats()
     assert stats.num_running == stats.num_waiting == 0 and stats.kv_blocks_used == 0
 
@@ -152,11 +158,15 @@ async def test_langchain_openai_embeddings(embedder):
     """LangChain's ``OpenAIEmbeddings`` pointed at the server, unchanged but for the setting
     every OpenAI-compatible server needs (``check_embedding_ctx_length=False``: otherwise it
     sends OpenAI's own tiktoken ids)."""
+    import httpx
     from langchain_openai import OpenAIEmbeddings
 
-    async with app_server(embedder) as srv:
+    # Our own HTTP client, closed here: the SDK's default one closes itself when collected,
+    # on whatever event loop runs then (a later test module's), and that loop's tests fail.
+    async with app_server(embedder) as srv, httpx.AsyncClient() as http:
         lc = OpenAIEmbeddings(model=MODEL, base_url=str(srv.make_url("/v1")), api_key="unused",
-                              check_embedding_ctx_length=False, max_retries=0)
+                              check_embedding_ctx_length=False, max_retries=0,
+                              http_async_client=http)
         docs = await lc.aembed_documents(TEXTS[:2])
         query = await lc.aembed_query(TEXTS[0])
     assert cosine(docs[0], reference(TEXTS[0])[1]) >= 0.999
