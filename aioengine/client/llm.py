@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import anyio
 from tqdm.auto import tqdm
 
 from aioengine.client.chat_template import ChatMessage
+from aioengine.client.embed import EmbeddingOutput, EmbedInput
 from aioengine.client.factory import SyncClient, make_sync_client
 from aioengine.client.inputs import Prompt, PromptTypeError
 from aioengine.client.outputs import RequestOutput
+from aioengine.client.score import RerankResult, ScoreOutput
+from aioengine.client.sync_client import SyncMPClient
 from aioengine.config import EngineConfig
 from aioengine.messages.engine_io import EngineStats
 from aioengine.messages.sampling_params import SamplingParams
@@ -72,6 +77,47 @@ class LLM:
         with tqdm(total=len(prepared), desc="Generating", unit="req",
                   disable=not use_tqdm) as bar:
             return self._client.generate_all(prepared, lambda: bar.update(1))
+
+    def embed(self, inputs: EmbedInput | Sequence[EmbedInput], *, truncate: bool | int = True,
+              dimensions: int | None = None) -> list[EmbeddingOutput]:
+        """One ``EmbeddingOutput`` per input (a string or a list of token ids), in input order,
+        from an embedding model (``AsyncMPClient.embed``); every input is checked before any
+        is sent, and they run concurrently (the engine batches them)."""
+        client = self._mp_client("embed")
+        batch = _as_batch(inputs)
+        ids = [client.async_client.prepare_embedding(x, truncate, dimensions) for x in batch]
+
+        async def run() -> list[EmbeddingOutput]:
+            results: list[EmbeddingOutput | None] = [None] * len(ids)
+
+            async def one(i: int) -> None:
+                results[i] = await client.async_client.embed_prepared(ids[i], dimensions)
+
+            async with anyio.create_task_group() as tg:  # a failure cancels (aborts) the rest
+                for i in range(len(ids)):
+                    tg.start_soon(one, i)
+            return results  # type: ignore[return-value]
+
+        return client.call_async(run)
+
+    def rerank(self, query: str, documents: Sequence[str], *, top_n: int | None = None,
+               truncate: bool | int = True) -> list[RerankResult]:
+        """``documents`` ordered by a reranker's relevance to ``query``, most relevant first
+        (``AsyncMPClient.rerank``)."""
+        client = self._mp_client("rerank")
+        return client.call_async(functools.partial(client.async_client.rerank, query,
+                                                   documents, top_n=top_n, truncate=truncate))
+
+    def score(self, text_1: str, text_2: str, *, truncate: bool | int = True) -> ScoreOutput:
+        """A reranker's relevance of ``text_2`` to ``text_1`` (``AsyncMPClient.score``)."""
+        client = self._mp_client("score")
+        return client.call_async(functools.partial(client.async_client.score, text_1, text_2,
+                                                   truncate=truncate))
+
+    def _mp_client(self, what: str) -> SyncMPClient:
+        if not isinstance(self._client, SyncMPClient):
+            raise ValueError(f"{what} runs on the engine's processes: use LLM(client='mp')")
+        return self._client
 
     def get_stats(self) -> EngineStats:
         """A snapshot of the engine's scheduler and KV cache."""

@@ -95,25 +95,26 @@ async def test_rerank_and_score_over_http(reranker):
 
 def test_bge_pools_the_first_token_normalized():
     """bge's sentence-transformers files ask for CLS pooling, normalized, 512 tokens: the
-    encoder runner gives transformers' normalized CLS state on the same weights."""
-    from aioengine.messages.worker_io import ScheduledChunk, StepInput
-    from aioengine.worker.encoder.runner import EncoderRunner
+    blocking API (``LLM.embed``) gives transformers' normalized CLS state on the same weights,
+    for texts and token ids alike."""
+    from aioengine import LLM
 
     path = bge_small_dir()
     tok, model, torch = _oracle(path, "embed")
-    runner = EncoderRunner(EngineConfig(model=path, device="cpu"))
-    assert (runner.pooling.mode, runner.pooling.normalize, runner.pooling.max_length) == \
-        ("cls", True, 512)
     texts = ["Represent this sentence for searching relevant passages: berlin",
              "Berlin is the capital and largest city of Germany."]
-    ids = [tok(t)["input_ids"] for t in texts]
-    chunks = [ScheduledChunk(f"r{i}", x, 0, [], False, True) for i, x in enumerate(ids)]
-    out = runner.execute(StepInput(1, [], chunks, []))
-    for x, pooled in zip(ids, out.pooled, strict=True):
+    with LLM(EngineConfig(model=path, device="cpu")) as llm:
+        outs = llm.embed(texts)
+        by_ids = llm.embed(outs[1].prompt_token_ids)
+        with pytest.raises(ValueError, match="empty string"):
+            llm.embed(["fine", ""])
+    for text, out in zip(texts, outs, strict=True):
+        assert out.prompt_token_ids == tok(text)["input_ids"]
         with torch.no_grad():
-            cls = model(input_ids=torch.tensor([x])).last_hidden_state[0, 0]
+            cls = model(input_ids=torch.tensor([out.prompt_token_ids])).last_hidden_state[0, 0]
         expected = torch.nn.functional.normalize(cls, dim=0)
-        assert torch.allclose(torch.tensor(pooled.embedding), expected, atol=1e-5)
+        assert torch.allclose(torch.tensor(out.embedding), expected, atol=1e-5)
+    assert by_ids[0].embedding == pytest.approx(outs[1].embedding, abs=1e-6)
 
 
 NOTES = {
