@@ -64,12 +64,28 @@ def read_chat_template(tokenizer_dir: str) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def model_task(architectures: list[str]) -> str:
-    """``embed`` for an encoder, ``score`` for an encoder with a classifier, else
-    ``generate``."""
+def model_task(architectures: list[str], model_path: str = "") -> str:
+    """``embed`` for an encoder, or a decoder shipped as a sentence-transformers embedder (its
+    ``modules.json`` has a Pooling module: Qwen3-Embedding and the like); ``score`` for an
+    encoder with a classifier; else ``generate``."""
     if any(a in CLASSIFIER_ARCHITECTURES for a in architectures):
         return "score"
-    return "embed" if any(a in ENCODER_ARCHITECTURES for a in architectures) else "generate"
+    if any(a in ENCODER_ARCHITECTURES for a in architectures):
+        return "embed"
+    return "embed" if model_path and _has_pooling_module(model_path) else "generate"
+
+
+def _has_pooling_module(model_path: str) -> bool:
+    path = os.path.join(model_path, "modules.json")
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            modules = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"malformed JSON in {path}: {exc}") from exc
+    return isinstance(modules, list) and any(
+        isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules)
 
 
 def read_model_info(model_path: str, tokenizer_path: str | None = None) -> ModelInfo:
@@ -93,5 +109,5 @@ def read_model_info(model_path: str, tokenizer_path: str | None = None) -> Model
         bos_token_id=bos if isinstance(bos, int) else None,
         eos_token_ids=eos,
         chat_template=read_chat_template(tokenizer_path or model_path),
-        task=model_task(list(config.get("architectures") or [])),
+        task=model_task(list(config.get("architectures") or []), model_path),
     )

@@ -21,14 +21,23 @@ import torch
 
 from aioengine.config import EngineConfig
 from aioengine.hub import read_model_info, resolve_model
+from aioengine.hub.pooling import read_pooling_config
 from aioengine.messages.sampling_params import SamplingParams
-from aioengine.messages.worker_io import PREVIOUS_TOKEN, SampledToken, StepInput, StepResult
+from aioengine.messages.worker_io import (
+    PREVIOUS_TOKEN,
+    PooledOutput,
+    SampledToken,
+    ScheduledChunk,
+    StepInput,
+    StepResult,
+)
 from aioengine.units import format_bytes
 from aioengine.worker import gemv
 from aioengine.worker.attention import build_attention_metadata
 from aioengine.worker.attention.cpu_kernel import select_decode_kernel
 from aioengine.worker.capacity import KvPlan, MemoryProfile, max_context_len, plan_kv_cache
 from aioengine.worker.cpu.backend import CpuBackend
+from aioengine.worker.encoder.runner import pool_states
 from aioengine.worker.kv_cache import allocate_kv_cache, kv_cache_bytes_per_block, kv_cache_dtype
 from aioengine.worker.loader import load_model
 from aioengine.worker.memory import HeapTrimmer
@@ -84,7 +93,12 @@ class ModelRunner:
         self.kv_dtype = kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.device,
                                        self.decode_kernel is not None)
         self.max_model_len = max_context_len(config, self.spec)
-        self.eos_token_ids = tuple(read_model_info(resolved.model_path).eos_token_ids)
+        info = read_model_info(resolved.model_path)
+        self.eos_token_ids = tuple(info.eos_token_ids)
+        # a decoder embedder (sentence-transformers files beside a causal model): how its
+        # pooling requests' hidden states become one vector
+        self.pooling = read_pooling_config(resolved.model_path) if info.task == "embed" \
+            else None
         self.sampler = Sampler(self.spec.vocab_size, seed=config.seed)
         self.states: dict[str, SequenceState] = {}
         self.kv_caches: list[torch.Tensor] = []
@@ -262,10 +276,13 @@ class ModelRunner:
             lane = self.model.decode_logits(input_ids, layout, self.config.block_size,
                                             self.decode_kernel, self.kv_caches,
                                             argmax_only(sample_states, step.bitmask))
+        pooled: list[PooledOutput] = []
         if lane is None:
-            logits = self._forward(input_ids, layout, sample_rows)
+            logits, hidden = self._forward(input_ids, layout, sample_rows)
+            if self.pooling is not None and self.is_driver:
+                pooled = self._pool(step.step_id, chunks, layout, hidden)
             if logits is None:
-                return StepResult(step.step_id, [])
+                return StepResult(step.step_id, [], pooled)
             tokens = None
         else:
             logits, tokens = lane
@@ -278,12 +295,32 @@ class ModelRunner:
                                          strict=True):
             state.output_token_ids.append(token)
             sampled.append(SampledToken(state.request_id, token, logprob))
-        return StepResult(step.step_id, sampled)
+        return StepResult(step.step_id, sampled, pooled)
+
+    def _pool(self, step_id: int, chunks: list[ScheduledChunk],
+              layout: list[tuple[int, int, list[int]]],
+              hidden: torch.Tensor) -> list[PooledOutput]:
+        """The pooled vector of every pooling chunk (a whole input: the scheduler never splits
+        one) from the final-normed hidden states, as the model's sentence-transformers files
+        say (a decoder embedder: the last token's state, normalized)."""
+        assert self.pooling is not None
+        out, offset = [], 0
+        for c, (start, n, _) in zip(chunks, layout, strict=True):
+            if c.pool:
+                if start != 0:
+                    raise StepInputError(f"step {step_id}: pooling chunk of {c.request_id!r} "
+                                         f"starts at {start}, not at its input's start")
+                vector = pool_states(hidden[offset:offset + n], self.pooling.mode)
+                if self.pooling.normalize:
+                    vector = torch.nn.functional.normalize(vector, dim=-1)
+                out.append(PooledOutput(c.request_id, vector.float().tolist()))
+            offset += n
+        return out
 
     def _forward(self, input_ids: list[int], layout: list[tuple[int, int, list[int]]],
-                 sample_rows: list[int]) -> torch.Tensor | None:
-        """The module path: the step's attention metadata, the forward, and the logits of the
-        rows that sample (None when none does)."""
+                 sample_rows: list[int]) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The module path: the step's attention metadata, the forward, the logits of the rows
+        that sample (None when none does) and the final hidden states."""
         meta = build_attention_metadata(layout, self.config.block_size, self.device,
                                         decode_kernel=self.decode_kernel,
                                         sliding_window=self.spec.sliding_window,
@@ -293,10 +330,10 @@ class ModelRunner:
         if self.heap_trimmer is not None and len(input_ids) > len(layout):
             self.heap_trimmer.after_step(len(input_ids) - len(layout))
         if not sample_rows:
-            return None
+            return None, hidden
         last = meta.last_token_index
         rows = last if len(sample_rows) == len(layout) else last[sample_rows]
-        return self.model.compute_logits(hidden.index_select(0, rows))
+        return self.model.compute_logits(hidden.index_select(0, rows)), hidden
 
     def _previous_token(self, step_id: int, state: SequenceState) -> int:
         """The token a ``[PREVIOUS_TOKEN]`` chunk stands for: the last one sampled here."""

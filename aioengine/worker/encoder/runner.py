@@ -117,6 +117,17 @@ class EncoderRunner:
         self.model = None
 
 
+def pool_states(states: torch.Tensor, mode: str) -> torch.Tensor:
+    """``[seq, hidden]`` states of one input -> ``[hidden]``."""
+    if mode == "cls":
+        return states[0]
+    if mode == "mean":
+        return states.mean(0)
+    if mode == "last":
+        return states[-1]
+    raise ValueError(f"unknown pooling mode {mode!r}")
+
+
 def pool(states: torch.Tensor, valid: torch.Tensor, mode: str) -> torch.Tensor:
     """``[batch, seq, hidden]`` states of padded inputs -> ``[batch, hidden]``."""
     if mode == "cls":
