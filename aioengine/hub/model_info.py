@@ -27,16 +27,34 @@ class ModelInfo(msgspec.Struct, frozen=True):
     task: str = "generate"  # "embed" for an encoder, "score" for a reranker (model_task)
 
 
-def read_json(path: str) -> dict[str, Any] | None:
-    """A JSON object file's contents; None when the file is absent; ValueError naming the file
-    when it is not a JSON object."""
+def read_json_file(path: str) -> Any:
+    """A JSON file's contents; None when the file is absent; ValueError naming the file when it
+    is not JSON."""
     if not os.path.isfile(path):
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            return json.load(f)
     except (OSError, ValueError) as exc:
         raise ValueError(f"malformed JSON in {path}: {exc}") from exc
+
+
+def read_modules(model_path: str) -> list[dict[str, Any]] | None:
+    """sentence-transformers' ``modules.json`` (its pipeline), None when absent."""
+    path = os.path.join(model_path, "modules.json")
+    modules = read_json_file(path)
+    if modules is not None and (not isinstance(modules, list)
+                                or not all(isinstance(m, dict) for m in modules)):
+        raise ValueError(f"malformed {path}: expected a list of module objects")
+    return modules
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """A JSON object file's contents; None when the file is absent; ValueError naming the file
+    when it is not a JSON object."""
+    data = read_json_file(path)
+    if data is None:
+        return None
     if not isinstance(data, dict):
         raise ValueError(f"malformed {path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -72,20 +90,9 @@ def model_task(architectures: list[str], model_path: str = "") -> str:
         return "score"
     if any(a in ENCODER_ARCHITECTURES for a in architectures):
         return "embed"
-    return "embed" if model_path and _has_pooling_module(model_path) else "generate"
-
-
-def _has_pooling_module(model_path: str) -> bool:
-    path = os.path.join(model_path, "modules.json")
-    if not os.path.isfile(path):
-        return False
-    try:
-        with open(path, encoding="utf-8") as f:
-            modules = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"malformed JSON in {path}: {exc}") from exc
-    return isinstance(modules, list) and any(
-        isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling") for m in modules)
+    modules = read_modules(model_path) if model_path else None
+    pools = any(str(m.get("type", "")).endswith(".Pooling") for m in modules or [])
+    return "embed" if pools else "generate"
 
 
 def read_model_info(model_path: str, tokenizer_path: str | None = None) -> ModelInfo:

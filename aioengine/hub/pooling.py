@@ -15,7 +15,7 @@ import os
 
 import msgspec
 
-from aioengine.hub.model_info import read_json
+from aioengine.hub.model_info import read_json, read_modules
 
 POOLING_MODES = ("cls", "mean", "last")
 
@@ -35,7 +35,7 @@ class PoolingConfig(msgspec.Struct, frozen=True):
 def read_pooling_config(model_path: str) -> PoolingConfig:
     """The model's pooling; ValueError naming the file for a config this engine cannot follow
     (max pooling, several modes at once, an unknown module)."""
-    modules = _read_modules(model_path)
+    modules = read_modules(model_path)
     mode, normalize = "cls", True  # BERT's own pooler input, as most encoder embedders use
     if modules is not None:
         normalize = any(m.get("type", "").endswith(".Normalize") for m in modules)
@@ -46,20 +46,6 @@ def read_pooling_config(model_path: str) -> PoolingConfig:
     bert = read_json(os.path.join(model_path, "sentence_bert_config.json")) or {}
     max_length = bert.get("max_seq_length")
     return PoolingConfig(mode, normalize, max_length if isinstance(max_length, int) else None)
-
-
-def _read_modules(model_path: str) -> list[dict] | None:
-    path = os.path.join(model_path, "modules.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        try:
-            modules = msgspec.json.decode(f.read())
-        except msgspec.DecodeError as exc:
-            raise ValueError(f"malformed JSON in {path}: {exc}") from exc
-    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
-        raise ValueError(f"malformed {path}: expected a list of module objects")
-    return modules
 
 
 def _pooling_mode(path: str, config: dict) -> str:
