@@ -149,12 +149,13 @@ _SETTINGS_FLAGS = ("model_name", "max_request_bytes", "default_max_tokens",
                    "shutdown_grace_period", "request_timeout", "protect_health_and_metrics",
                    "allowed_hosts", "allowed_origins", "allowed_methods", "allowed_headers",
                    "allow_credentials", "strict_request_fields", "response_store_max_count",
-                   "response_store_max_bytes")
+                   "response_store_max_bytes", "max_pooling_inputs")
 _SETTINGS_FLAG_NAMES = {"model_name": "--served-model-name",
                         "shutdown_grace_period": "--grace-period"}
 _SETTINGS_METAVARS = {"model_name": "NAME", "request_timeout": "SECONDS",
                       "shutdown_grace_period": "SECONDS", "max_request_bytes": "BYTES",
                       "response_store_max_count": "N", "response_store_max_bytes": "BYTES",
+                      "max_pooling_inputs": "N",
                       "allowed_hosts": "HOST", "allowed_origins": "ORIGIN",
                       "allowed_methods": "METHOD", "allowed_headers": "HEADER"}
 

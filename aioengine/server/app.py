@@ -88,7 +88,7 @@ def create_app(client: AsyncMPClient | ClientSlot,
     app.router.add_get("/metrics", info.metrics)
     TokenizeRoutes(client, gen.check_model, settings.max_request_bytes).add_to(app)
     for pooled in (EmbeddingsRoutes, RerankRoutes):
-        pooled(client, gen.check_model, model, settings.max_request_bytes, metrics).add_to(app)
+        pooled(client, gen.check_model, model, settings, metrics).add_to(app)
     MessagesRoutes(client, gen, max_request_bytes=settings.max_request_bytes,
                    tool_call_parser=settings.tool_call_parser,
                    strict_request_fields=settings.strict_request_fields).add_to(app)

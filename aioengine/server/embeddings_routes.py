@@ -24,9 +24,6 @@ from aioengine.server.pooled_calls import (
     run_all,
 )
 
-MAX_INPUTS = 2048
-"""Inputs one request may carry (OpenAI's limit for an input array)."""
-
 
 class EmbeddingsRequest(msgspec.Struct, kw_only=True):
     input: Any
@@ -54,9 +51,6 @@ def split_inputs(value: Any) -> list[str | list[int]]:
                        code="invalid_parameter")
     if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return [value]
-    if len(value) > MAX_INPUTS:
-        raise ApiError(400, f"input has {len(value)} items, more than {MAX_INPUTS}",
-                       param="input", code="invalid_parameter")
     for i, item in enumerate(value):
         if not isinstance(item, (str, list)):
             raise ApiError(400, f"input[{i}] must be a string or a list of token ids, got "
@@ -78,6 +72,7 @@ class EmbeddingsRoutes(PooledRoutes):
         except ValueError as e:
             raise model_task_error(e) from e
         items = split_inputs(req.input)
+        self.check_count(len(items), "input")
         truncate = truncation(req.truncate, req.truncate_prompt_tokens, client.max_model_len)
 
         def prepare(i: int, item: str | list[int]) -> list[int]:

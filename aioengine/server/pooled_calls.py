@@ -15,6 +15,7 @@ from aioengine import AsyncMPClient, EngineDeadError, EngineOverloadedError
 from aioengine.server.errors import ApiError, engine_dead, from_value_error
 from aioengine.server.generate import RETRY_AFTER_S
 from aioengine.server.metrics import ServerMetrics
+from aioengine.server.settings import ServerSettings
 
 T = TypeVar("T")
 
@@ -29,12 +30,20 @@ class PooledRoutes:
     latency of those answered)."""
 
     def __init__(self, client: AsyncMPClient, check_model: Callable[[str | None], None],
-                 model_name: str, max_request_bytes: int, metrics: ServerMetrics) -> None:
+                 model_name: str, settings: ServerSettings, metrics: ServerMetrics) -> None:
         self._client = client
         self._check_model = check_model
         self._model = model_name
-        self._limit = max_request_bytes
+        self._limit = settings.max_request_bytes
+        self._max_inputs = settings.max_pooling_inputs
         self._metrics = metrics
+
+    def check_count(self, count: int, field: str) -> None:
+        """400 naming ``field`` for no inputs or more than ``--max-pooling-inputs``."""
+        if not 1 <= count <= self._max_inputs:
+            raise ApiError(400, f"{field} must hold 1 to {self._max_inputs} items, got "
+                           f"{count} (the server's --max-pooling-inputs)", param=field,
+                           code="invalid_parameter")
 
     def measured(self, endpoint: str, handler: Handler) -> Handler:
         async def run(request: web.Request) -> web.StreamResponse:

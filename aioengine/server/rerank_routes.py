@@ -24,9 +24,6 @@ from aioengine.server.pooled_calls import (
     run_all,
 )
 
-MAX_DOCUMENTS = 1024
-"""Documents (or pairs) one request may carry."""
-
 
 class RerankDocument(msgspec.Struct):
     text: str
@@ -65,9 +62,7 @@ class RerankRoutes(PooledRoutes):
         req = decode(_RERANK, await read_body(request, self._limit))
         self._check(req.model)
         texts = [d if isinstance(d, str) else d.text for d in req.documents]
-        if not texts or len(texts) > MAX_DOCUMENTS:
-            raise ApiError(400, f"documents must hold 1 to {MAX_DOCUMENTS} documents, got "
-                           f"{len(texts)}", param="documents", code="invalid_parameter")
+        self.check_count(len(texts), "documents")
         if not req.query:
             raise ApiError(400, "query is an empty string: there is nothing to rank for",
                            param="query", code="invalid_parameter")
@@ -88,6 +83,7 @@ class RerankRoutes(PooledRoutes):
         req = decode(_SCORE, await read_body(request, self._limit))
         self._check(req.model)
         pairs = _pairs(req.text_1, req.text_2)
+        self.check_count(len(pairs), "text_2")
         scores, tokens = await self._scores(pairs, "text_2", req.truncate,
                                             req.truncate_prompt_tokens)
         data = [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)]
@@ -131,9 +127,6 @@ def _pairs(text_1: str | list[str], text_2: str | list[str]) -> list[tuple[str, 
         raise ApiError(400, f"text_1 has {len(first)} texts and text_2 {len(second)}: give "
                        "one text_1, or as many as text_2", param="text_1",
                        code="invalid_parameter")
-    if len(second) > MAX_DOCUMENTS:
-        raise ApiError(400, f"at most {MAX_DOCUMENTS} pairs, got {len(second)}",
-                       param="text_2", code="invalid_parameter")
     return list(zip(first, second, strict=True))
 
 

@@ -62,6 +62,9 @@ class ServerSettings:
     response_store_max_bytes: int = 64 << 20
     """The stored responses' size (their JSON, conversation included) at most; past it the
     least recently used are evicted, and a response bigger than it alone is not kept."""
+    max_pooling_inputs: int = 1024
+    """Inputs one embedding request (``input``), rerank request (``documents``) or score
+    request (pairs) may carry; more is a 400 naming the field. Each is an engine request."""
     shutdown_grace_period: float = 10.0
     """When the app shuts down (its runner's cleanup, also as a mounted sub-app): seconds the
     generations in flight may still run before they are aborted (``finish_reason: "abort"``);
@@ -70,7 +73,7 @@ class ServerSettings:
     def __post_init__(self) -> None:
         if self.model_name is not None and not self.model_name:
             raise ValueError("model_name must be a non-empty string or None")
-        for name in ("max_request_bytes", "default_max_tokens"):
+        for name in ("max_request_bytes", "default_max_tokens", "max_pooling_inputs"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")

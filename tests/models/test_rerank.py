@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from aioengine import AsyncMPClient, EngineConfig
+from aioengine.server import ServerSettings
 from tests.models.onnx_rebuild import bge_small_dir, msmarco_reranker_dir
 from tests.server.app_server import app_server
 
@@ -89,6 +90,12 @@ async def test_rerank_and_score_over_http(reranker):
             async with s.post(srv.make_url(path), json=body) as r:
                 err = (await r.json())["error"]
             assert r.status == 400 and err["param"] == param, (path, body, err)
+    async with app_server(reranker, ServerSettings(max_pooling_inputs=2)) as srv, \
+            aiohttp.ClientSession() as s:
+        async with s.post(srv.make_url("/v1/rerank"),
+                          json={"query": QUERY, "documents": DOCUMENTS[:3]}) as r:
+            err = (await r.json())["error"]
+        assert r.status == 400 and err["param"] == "documents" and "3" in err["message"]
     stats = await reranker.get_stats()
     assert stats.num_running == stats.num_waiting == stats.kv_blocks_used == 0
 
