@@ -32,6 +32,7 @@
 #define QK_BLOCKS_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define T_Q4_0 2
 #define T_Q4_1 3
@@ -142,15 +143,28 @@ static inline void q2_k_pack(uint8_t *blk, const int *q, const int *sc, const in
     k2_pack_lows(blk + 16, q);
 }
 
-/* a Q3_K super-block's 256 stored values (0..7) and its 16 scales less 32 (-32..31); and back */
+/* a Q3_K super-block's 16 scales less 32 (-32..31) from its 12 packed bytes s: scale i's low 4
+ * bits are the low (i < 8) or high nibble of byte i%8, its high 2 bits bits 2(i/4) of byte
+ * 8 + i%4; four 32-bit words at a time (ggml's own decode: per-scale branches and shifts were
+ * most of the AVX2 row kernels' time) */
+static inline void q3_k_unpack_scales(const uint8_t *s, int *sc) {
+    uint32_t w[4], t;
+    memcpy(w, s, 12);
+    t = w[2];
+    w[2] = ((w[0] >> 4) & 0x0F0F0F0F) | (((t >> 4) & 0x03030303) << 4);
+    w[3] = ((w[1] >> 4) & 0x0F0F0F0F) | (((t >> 6) & 0x03030303) << 4);
+    w[0] = (w[0] & 0x0F0F0F0F) | ((t & 0x03030303) << 4);
+    w[1] = (w[1] & 0x0F0F0F0F) | (((t >> 2) & 0x03030303) << 4);
+    const uint8_t *u = (const uint8_t *)w;
+    for (int i = 0; i < 16; i++) sc[i] = u[i] - 32;
+}
+
+/* a Q3_K super-block's 256 stored values (0..7) and its 16 scales less 32; and back */
 static inline void q3_k_unpack(const uint8_t *blk, int *q, int *sc) {
-    const uint8_t *hm = blk, *s = blk + 96;
+    const uint8_t *hm = blk;
     k2_lows(blk + 32, q);
     for (int v = 0; v < 256; v++) q[v] |= ((hm[v % 32] >> (v / 32)) & 1) << 2;
-    for (int i = 0; i < 16; i++) {
-        int lo = i < 8 ? s[i] & 0xF : s[i - 8] >> 4;
-        sc[i] = (lo | ((s[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
-    }
+    q3_k_unpack_scales(blk + 96, sc);
 }
 
 static inline void q3_k_pack(uint8_t *blk, const int *q, const int *sc) {

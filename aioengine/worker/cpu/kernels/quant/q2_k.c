@@ -1,28 +1,36 @@
 /* Q2_K: 256 values in 84 bytes, 16 bytes of 4-bit scales and mins (one pair per 16 values), 64
  * bytes of 2-bit values, fp16 d, fp16 dmin; x = d*sc*q - dmin*mn (blocks.h). With int16
  * activations the engine runs it in the x8 layout, whose AVX2 and VNNI kernel it shares with
- * the other K-quants (x8_x86.h); the row layout (float32 activations, x8 off) is scalar C. */
+ * the other K-quants (x8_x86.h); the row layout (float32 activations, x8 off) has AVX2 kernels,
+ * the AVX-512 path runs them too. */
 #include "base.h"
 #include "blocks.h"
 #include "row_scalar.h"
+#include "row_x86.h"
 #include "traits.h"
 #include "x8.h"
 #include "x8_x86.h"
 
-/* the stored values, d*sc and dmin*mn of each 16 values (K16_ROW_FNS) */
-static void q2_k_fields(const uint8_t *p, int *q, float *a, float *b) {
-    int sc[16], mn[16];
+/* d*sc and dmin*mn of each 16 values, and the stored values (K16_ROW_FNS) */
+static inline __attribute__((always_inline)) void q2_k_scales(const uint8_t *p, float *a,
+                                                               float *b) {
     float d = h2f(p + 80), dmin = h2f(p + 82);
-    q2_k_unpack(p, q, sc, mn);
     for (int i = 0; i < 16; i++) {
-        a[i] = d * sc[i];
-        b[i] = dmin * mn[i];
+        a[i] = d * (p[i] & 0xF);
+        b[i] = dmin * (p[i] >> 4);
     }
 }
+
+static void q2_k_vals(const uint8_t *p, int *q) { k2_lows(p + 16, q); }
 
 K16_ROW_FNS(q2_k, 84, 0)
 
 #if QK_X86
+AVX2 static inline __m256i q2_k_bytes32(const uint8_t *p, int s) {
+    return k2_bytes32(p + 16, NULL, s);
+}
+
+K16_ROW_AVX2_FNS(q2_k, 84, 0)
 X8K_SIMD_FNS(q2_k, T_Q2_K)
 #endif
 
@@ -38,10 +46,10 @@ static void q2x_pack(uint8_t *p, int r, const int *v) { b2x_pack(p, r, v, 0); }
 X8K_MIN_FNS(q2_k, 800, 16, 80, q2_k_unpack, q2_k_pack, q2x_unpack, q2x_pack)
 
 const qk_traits qk_q2_k = {
-    .name = "q2_k", .type = T_Q2_K, .block = 256, .bytes = 84, .row_level = QK_SCALAR,
-    .deq = QK_PER_LEVEL(q2_k_deq_scalar, q2_k_deq_scalar, q2_k_deq_scalar),
-    .dot = QK_PER_LEVEL(q2_k_dot_scalar, q2_k_dot_scalar, q2_k_dot_scalar),
-    .dot_i16 = QK_PER_LEVEL(q2_k_dot_i16_scalar, q2_k_dot_i16_scalar, q2_k_dot_i16_scalar),
+    .name = "q2_k", .type = T_Q2_K, .block = 256, .bytes = 84, .row_level = QK_AVX512,
+    .deq = QK_PER_LEVEL(q2_k_deq_scalar, q2_k_deq_avx2, q2_k_deq_avx2),
+    .dot = QK_PER_LEVEL(q2_k_dot_scalar, q2_k_dot_avx2, q2_k_dot_avx2),
+    .dot_i16 = QK_PER_LEVEL(q2_k_dot_i16_scalar, q2_k_dot_i16_avx2, q2_k_dot_i16_avx2),
     .x8_group_bytes = 800,
     .x8_half_sums = 1,
     .x8_pack = q2_k_x8_pack,

@@ -61,15 +61,17 @@ static inline __attribute__((always_inline)) float dot_i8_scalar(
     return acc;
 }
 
-/* Q2_K and Q3_K, a scale per 16 values: the row entries from PREFIX##_fields(blk, q, a, b),
- * which gives a super-block's 256 stored values q, a[i] = d*sc[i] and b[i] = dmin*mn[i] (Q3_K:
- * 0) of its 16 scale groups; x = a*(q - OFF) - b, the reference's float products (exact). */
+/* Q2_K and Q3_K, a scale per 16 values: the row entries from PREFIX##_scales(blk, a, b), which
+ * gives a[i] = d*sc[i] and b[i] = dmin*mn[i] (Q3_K: 0) of a super-block's 16 scale groups, and
+ * PREFIX##_vals(blk, q), its 256 stored values; x = a*(q - OFF) - b, the reference's float
+ * products (exact). */
 #define K16_ROW_FNS(PREFIX, BYTES, OFF)                                                       \
     static void PREFIX##_deq_scalar(const uint8_t *w, int64_t nb, float *out) {               \
         int q[256];                                                                           \
         float a[16], c[16];                                                                   \
         for (int64_t b = 0; b < nb; b++) {                                                    \
-            PREFIX##_fields(w + b * BYTES, q, a, c);                                          \
+            PREFIX##_scales(w + b * BYTES, a, c);                                             \
+            PREFIX##_vals(w + b * BYTES, q);                                                  \
             for (int v = 0; v < 256; v++)                                                     \
                 out[b * 256 + v] = a[v / 16] * (float)(q[v] - OFF) - c[v / 16];               \
         }                                                                                     \
@@ -80,7 +82,8 @@ static inline __attribute__((always_inline)) float dot_i8_scalar(
         int q[256];                                                                           \
         float a[16], c[16], acc = 0.0f;                                                       \
         for (int64_t b = 0; b < nb; b++) {                                                    \
-            PREFIX##_fields(w + b * BYTES, q, a, c);                                          \
+            PREFIX##_scales(w + b * BYTES, a, c);                                             \
+            PREFIX##_vals(w + b * BYTES, q);                                                  \
             for (int i = 0; i < 16; i++) {                                                    \
                 const float *xb = x + b * 256 + 16 * i;                                       \
                 float s = 0.0f, sx = 0.0f;                                                    \
@@ -99,7 +102,8 @@ static inline __attribute__((always_inline)) float dot_i8_scalar(
         int q[256];                                                                           \
         float a[16], c[16], acc = 0.0f;                                                       \
         for (int64_t b = 0; b < nb; b++) {                                                    \
-            PREFIX##_fields(w + b * BYTES, q, a, c);                                          \
+            PREFIX##_scales(w + b * BYTES, a, c);                                             \
+            PREFIX##_vals(w + b * BYTES, q);                                                  \
             for (int i = 0; i < 16; i++) {                                                    \
                 const x16_block *xb = &xq[b * 8 + i / 2];                                     \
                 int32_t s = 0, sx = 0;                                                        \
