@@ -25,8 +25,8 @@ LoadFormat = Literal["auto", "safetensors", "gguf", "dummy"]
 DetokenizeIn = Literal["host", "engine", "process"]
 CpuDecodeAttention = Literal["auto", "kernel", "sdpa"]
 KvCacheDtype = Literal["auto", "model", "float32", "float16"]
-Quantization = Literal["auto", "none", "gguf", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k",
-                       "q5_k", "q6_k"]
+Quantization = Literal["auto", "none", "gguf", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k",
+                       "q3_k", "q4_k", "q5_k", "q6_k"]
 QuantActivations = Literal["float32", "int16", "int8"]
 ReplicaFailure = Literal["fail", "degrade"]
 DistributedBackend = Literal["local", "ray"]
@@ -189,11 +189,11 @@ class EngineConfig:
     quantization: Quantization | None = "auto"
     """Keep linear weights (and the LM head) quantized in memory, computed by our C kernels on
     CPU (docs/quantization.md): ``gguf`` keeps a GGUF file's blocks as stored; ``q8_0``,
-    ``q4_0``, ``q4_1``, ``q5_0``, ``q5_1``, ``q4_k``, ``q5_k`` or ``q6_k`` quantizes float
-    weights at load (GGUF blocks already of that type are kept); ``none`` (or None): float
-    weights (GGUF files dequantized at load); ``auto``: ``gguf`` for a GGUF file holding blocks
-    the kernels compute, loaded on CPU in float32 (what llama.cpp users expect of a quantized
-    file: its speed and memory), else ``none``."""
+    ``q4_0``, ``q4_1``, ``q5_0``, ``q5_1``, ``q2_k``, ``q3_k``, ``q4_k``, ``q5_k`` or ``q6_k``
+    quantizes float weights at load (GGUF blocks already of that type are kept); ``none`` (or
+    None): float weights (GGUF files dequantized at load); ``auto``: ``gguf`` for a GGUF file
+    holding blocks the kernels compute, loaded on CPU in float32 (what llama.cpp users expect of
+    a quantized file: its speed and memory), else ``none``."""
     quant_activations: QuantActivations = "int16"
     """With ``quantization``, how activations meet the quantized weights on CPU: ``float32``
     (each weight dequantized in registers times the float activation), ``int16`` (activations

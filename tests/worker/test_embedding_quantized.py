@@ -25,7 +25,7 @@ def _table(vocab: int, k: int, name: str, tmp_path) -> tuple:
     return src, src[:].float()
 
 
-@pytest.mark.parametrize("qtype", ["q4_1", "q8_0", "q5_1", "q5_k", "q6_k"])
+@pytest.mark.parametrize("qtype", ["q4_1", "q8_0", "q5_1", "q2_k", "q3_k", "q5_k", "q6_k"])
 @pytest.mark.parametrize("tp_size", [1, 3])
 def test_lookups_from_quantized_blocks_equal_the_float_copy(tmp_path, qtype, tp_size):
     vocab, k = 50, 256

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from aioengine.hub.gguf_types import SUPPORTED_TYPES, unsupported_types
+from aioengine.worker.loader.gguf_report import log_tensor_paths
 from aioengine.worker.models import CausalLM
 from aioengine.worker.parallel.weights import check_shape
 
@@ -61,6 +62,17 @@ class GGUFTensorSource:
         self._shape = shape
         self._row_order = row_order  # HF row i is file row row_order[i]
         self._shift = shift  # added to every value (Gemma 3's stored 1 + w norms: -1)
+        # for the start-up log (gguf_report.py): the file tensor's bytes, what layers kept of
+        # it by path, and the float32 bytes read through [] that no layer noted
+        self.file_bytes = int(tensor.n_bytes)
+        self.kept: dict[str, int] = {}
+        self.float_bytes = 0
+
+    def note_kept(self, path: str, nbytes: int, read: int = 0) -> None:
+        """A layer kept ``nbytes`` of this tensor as ``path`` (gguf_report.py), made from
+        ``read`` bytes of float32 values it read through ``[]``."""
+        self.kept[path] = self.kept.get(path, 0) + nbytes
+        self.float_bytes -= read
 
     def get_shape(self) -> tuple[int, ...]:
         return self._shape
@@ -92,6 +104,7 @@ class GGUFTensorSource:
             out = out + np.float32(self._shift)
         elif not out.flags.writeable:  # still a view of the read-only map (F32 tensors)
             out = out.copy()
+        self.float_bytes += out.nbytes
         return torch.from_numpy(out)
 
 
@@ -207,9 +220,11 @@ def kernel_block_types(reader: Any) -> list[str]:
     return sorted(n for n in names if n in QTYPES or n in WIDENED)
 
 
-def load_gguf(model: CausalLM, reader: Any) -> None:
+def load_gguf(model: CausalLM, reader: Any, quantization: str | None = None) -> None:
     """Check every name and shape first, then load each rank's slice, dequantized (or as
-    stored, for a layer that keeps blocks). ``reader``: ``tensors_reader(path)``."""
+    stored, for a layer that keeps blocks), and log per tensor type the path it runs
+    (gguf_report.py; ``quantization``: the mode the model was quantized with, None: float).
+    ``reader``: ``tensors_reader(path)``."""
     path = reader.path
     sources = gguf_sources(reader, model)
     used = {s.name for s in sources.values()}
@@ -224,3 +239,4 @@ def load_gguf(model: CausalLM, reader: Any) -> None:
     for name, target in targets.items():
         target.load(sources[name])
     logger.info("loaded %d tensors from %s", len(targets), path)
+    log_tensor_paths(sources, quantization, model.dtype)

@@ -86,7 +86,7 @@ def load_model(path_or_resolved: str | ResolvedModel, *, dtype: str | torch.dtyp
     if load_format == "dummy":
         load_dummy(model, seed)
     elif reader is not None:
-        load_gguf(model, reader)
+        load_gguf(model, reader, quantization)
     else:
         load_safetensors(model, resolved.model_path)
     model.eval()

@@ -90,6 +90,12 @@ class _Rows:
                      else self.src.get_shape())
         return [self.rows, *shape[1:]]
 
+    def note_kept(self, *args: Any) -> None:
+        """Forwarded to the source (a GGUF tensor's start-up log entry), where it has one."""
+        note = getattr(self.src, "note_kept", None)
+        if note is not None:
+            note(*args)
+
     def __getitem__(self, key: Any) -> Any:
         first, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
         if not isinstance(first, slice) or first.step not in (None, 1):

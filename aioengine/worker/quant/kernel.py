@@ -42,6 +42,8 @@ QTYPES: dict[str, QType] = {q.name: q for q in (
     QType("q4_1", 3, 32, 20),
     QType("q5_0", 6, 32, 22),
     QType("q5_1", 7, 32, 24),
+    QType("q2_k", 10, 256, 84),
+    QType("q3_k", 11, 256, 110),
     QType("q4_k", 12, 256, 144),
     QType("q5_k", 13, 256, 176),
     QType("q6_k", 14, 256, 210),
@@ -80,7 +82,7 @@ activations rounded per 32 values to 16 bits (error <= 1.5e-5 of the block's lar
 integer dot products; ``int8``: rounded to 8 bits, integer dot products (llama.cpp's CPU scheme;
 q8_0, q4_0, q4_1 only)."""
 
-X8_TYPES = ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k")
+X8_TYPES = ("q4_0", "q4_1", "q8_0", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 """Types with the interleaved x8 layout (8 rows' blocks side by side, made at load)."""
 
 

@@ -1,7 +1,7 @@
 """Float weights -> GGUF blocks (numpy), for quantizing Hugging Face weights at load.
 
 Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 follow ggml's reference quantizers (round-to-nearest, the same
-bytes as ``gguf.quants.quantize``). Q4_K, Q5_K and Q6_K use a plain min/max fit per sub-block
+bytes as ``gguf.quants.quantize``). Q2_K to Q6_K use a plain min/max (or absmax) fit per sub-block
 (ggml's ``quantize_row_q4_K_ref`` searches scales iteratively; ours is simpler and a little less
 accurate, the layout is the same, so the kernels and any GGUF reader take it unchanged).
 Rows are quantized in chunks to bound the scratch.
@@ -88,34 +88,87 @@ def _q5_1(x: np.ndarray) -> np.ndarray:
                            _pack_nibbles((q & 0xF).astype(np.uint8))], axis=-1)
 
 
+def _k_fit(x: np.ndarray, top: int, n_sub: int, smax: int) -> tuple[np.ndarray, ...]:
+    """A min/max fit of x [n, nb, 256] in n_sub sub-blocks: per sub-block a scale and a min
+    0..smax under the fp16 d and dmin, values 0..top; returns (d, dmin [n, nb, 1], scales,
+    mins [n, nb, n_sub], values [n, nb, n_sub, 256 / n_sub])."""
+    sub = x.reshape(*x.shape[:-1], n_sub, 256 // n_sub)
+    lo = np.minimum(sub.min(axis=-1), 0.0)
+    hi = sub.max(axis=-1)
+    scale = (hi - lo) / float(top)
+    mins = -lo
+    d = scale.max(axis=-1, keepdims=True) / float(smax)
+    dmin = mins.max(axis=-1, keepdims=True) / float(smax)
+    d = d.astype(np.float16).astype(np.float64)
+    dmin = dmin.astype(np.float16).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d > 0, np.clip(np.round(scale / d), 0, smax), 0).astype(np.int64)
+        mn = np.where(dmin > 0, np.clip(np.round(mins / dmin), 0, smax), 0).astype(np.int64)
+        step = d * sc
+        offs = dmin * mn
+        q = np.where(step[..., None] > 0,
+                     np.round((sub + offs[..., None]) / step[..., None]), 0)
+    return d, dmin, sc, mn, np.clip(q, 0, top).astype(np.uint8)
+
+
 def _k_min_fit(x: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                   np.ndarray]:
     """Q4_K's / Q5_K's fit of x [n, nb, 256]: per 32-value sub-block a 6-bit scale and min
     under the fp16 d and dmin, values 0..top; returns (d, dmin [n, nb, 1], the 12 packed scale
     bytes, values [n, nb, 8, 32])."""
-    sub = x.reshape(*x.shape[:-1], 8, 32)
-    lo = np.minimum(sub.min(axis=-1), 0.0)
-    hi = sub.max(axis=-1)
-    scale = (hi - lo) / float(top)
-    mins = -lo
-    d = scale.max(axis=-1, keepdims=True) / 63.0
-    dmin = mins.max(axis=-1, keepdims=True) / 63.0
-    d = d.astype(np.float16).astype(np.float64)
-    dmin = dmin.astype(np.float16).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sc = np.where(d > 0, np.clip(np.round(scale / d), 0, 63), 0).astype(np.int64)
-        mn = np.where(dmin > 0, np.clip(np.round(mins / dmin), 0, 63), 0).astype(np.int64)
-        step = d * sc
-        offs = dmin * mn
-        q = np.where(step[..., None] > 0,
-                     np.round((sub + offs[..., None]) / step[..., None]), 0)
-    q = np.clip(q, 0, top).astype(np.uint8)
+    d, dmin, sc, mn, q = _k_fit(x, top, 8, 63)
     scales = np.zeros((*x.shape[:-1], 12), dtype=np.uint8)
     for j in range(4):
         scales[..., j] = sc[..., j] | ((sc[..., j + 4] >> 4) << 6)
         scales[..., j + 4] = mn[..., j] | ((mn[..., j + 4] >> 4) << 6)
         scales[..., j + 8] = (sc[..., j + 4] & 0xF) | ((mn[..., j + 4] & 0xF) << 4)
     return d, dmin, scales, q
+
+
+def _k_sym_fit(x: np.ndarray, scale: np.ndarray, smax: int, qlo: int,
+               qhi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q6_K's / Q3_K's fit of x [n, nb, 256] given a float scale per 16 values [n, nb, 16]:
+    int scales -smax-1..smax under the fp16 d, values qlo..qhi; returns (d [n, nb, 1], scales
+    [n, nb, 16], values [n, nb, 16, 16])."""
+    sub = x.reshape(*x.shape[:-1], 16, 16)
+    d = (np.abs(scale).max(axis=-1, keepdims=True) / float(smax)).astype(np.float16)
+    d = d.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sc = np.where(d > 0, np.clip(np.round(scale / d), -smax - 1, smax), 0).astype(np.int64)
+        step = d * sc
+        q = np.where(step[..., None] != 0, np.round(sub / step[..., None]), 0)
+    return d, sc, np.clip(q, qlo, qhi).astype(np.int64)
+
+
+def _k_lows(q: np.ndarray) -> np.ndarray:
+    """The 64 bytes qs of Q2_K / Q3_K values q [n, nb, 256]: value 128h + 32j + l in bits 2j of
+    byte 32h + l."""
+    q = (q.astype(np.uint8) & 3).reshape(*q.shape[:-1], 2, 4, 32)
+    qs = q[..., 0, :] | (q[..., 1, :] << 2) | (q[..., 2, :] << 4) | (q[..., 3, :] << 6)
+    return qs.reshape(*q.shape[:-3], 64)
+
+
+def _q2_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
+    d, dmin, sc, mn, q = _k_fit(x, 3, 16, 15)
+    scales = (sc | (mn << 4)).astype(np.uint8)
+    return np.concatenate([scales, _k_lows(q.reshape(*x.shape)), _f16(d[..., 0]),
+                           _f16(dmin[..., 0])], axis=-1)
+
+
+def _q3_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
+    # the value of largest magnitude maps to -4 (the signed scale reaches the range's long end)
+    sub = x.reshape(*x.shape[:-1], 16, 16)
+    big = np.take_along_axis(sub, np.abs(sub).argmax(axis=-1)[..., None], axis=-1)[..., 0]
+    d, sc, q = _k_sym_fit(x, -big / 4.0, 31, -4, 3)
+    q = (q + 4).reshape(*x.shape)
+    hmask = ((q >> 2).reshape(*x.shape[:-1], 8, 32).astype(np.uint8)
+             << np.arange(8, dtype=np.uint8)[:, None]).sum(axis=-2, dtype=np.uint8)
+    u = (sc + 32).astype(np.uint8)
+    scales = np.concatenate([(u[..., :8] & 0xF) | ((u[..., 8:] & 0xF) << 4),
+                             (u[..., 0:4] >> 4) | ((u[..., 4:8] >> 4) << 2)
+                             | ((u[..., 8:12] >> 4) << 4) | ((u[..., 12:16] >> 4) << 6)],
+                            axis=-1)
+    return np.concatenate([hmask, _k_lows(q), scales, _f16(d[..., 0])], axis=-1)
 
 
 def _k_nibbles(q: np.ndarray) -> np.ndarray:
@@ -141,15 +194,9 @@ def _q5_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
 
 
 def _q6_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
-    sub = x.reshape(*x.shape[:-1], 16, 16)
-    amax = np.abs(sub).max(axis=-1)
-    scale = amax / 31.0
-    d = (scale.max(axis=-1, keepdims=True) / 127.0).astype(np.float16).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sc = np.where(d > 0, np.clip(np.round(scale / d), -128, 127), 0).astype(np.int64)
-        step = d * sc
-        q = np.where(step[..., None] != 0, np.round(sub / step[..., None]), 0)
-    q = (np.clip(q, -32, 31) + 32).astype(np.uint8).reshape(*x.shape[:-1], 2, 4, 32)
+    amax = np.abs(x.reshape(*x.shape[:-1], 16, 16)).max(axis=-1)
+    d, sc, q = _k_sym_fit(x, amax / 31.0, 127, -32, 31)
+    q = (q + 32).astype(np.uint8).reshape(*x.shape[:-1], 2, 4, 32)
     # value index within a 128-half: v = 32*g + l, g in 0..3
     ql = np.empty((*x.shape[:-1], 2, 64), dtype=np.uint8)
     ql[..., :32] = (q[..., 0, :] & 0xF) | ((q[..., 2, :] & 0xF) << 4)
@@ -164,7 +211,7 @@ def _q6_k(x: np.ndarray) -> np.ndarray:  # x [n, nb, 256]
 _PRECISION = {"q8_0": np.float32, "q4_0": np.float32, "q4_1": np.float32, "q5_0": np.float32,
               "q5_1": np.float32}
 _QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q5_0": _q5_0, "q5_1": _q5_1,
-               "q4_k": _q4_k, "q5_k": _q5_k, "q6_k": _q6_k}
+               "q2_k": _q2_k, "q3_k": _q3_k, "q4_k": _q4_k, "q5_k": _q5_k, "q6_k": _q6_k}
 
 
 def quantize(values: np.ndarray, qtype: str | QType | object) -> np.ndarray:

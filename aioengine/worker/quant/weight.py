@@ -128,6 +128,25 @@ def _raw(src: Any, start: int, length: int, qtype: QType) -> np.ndarray:
     return raw
 
 
+def _kept(src: Any, stored: QType | None, data: torch.Tensor,
+          values: torch.Tensor | None = None) -> tuple[QType | None, torch.Tensor]:
+    """``(stored, data)``, noted on a source that records what layers keep of it (a GGUF
+    tensor, for the start-up log: loader/gguf_report.py) under its path: the file's blocks,
+    blocks widened to another type, ``values`` quantized at load, or float32 rows."""
+    note = getattr(src, "note_kept", None)
+    if note is not None:
+        if values is not None:
+            path = f"{stored.name} (quantized at load)" if stored is not None else "float32"
+        else:
+            assert stored is not None
+            name = getattr(getattr(src, "qtype", None), "name", "")
+            path = (f"packed {stored.name}" if str(name).lower() == stored.name
+                    else f"{stored.name} (widened)")
+        note(path, data.numel() * data.element_size(),
+             0 if values is None else values.numel() * 4)
+    return stored, data
+
+
 def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple[QType | None,
                                                                                   torch.Tensor]:
     """Rows ``[start, start+length)`` of a checkpoint source in the form ``policy`` keeps:
@@ -137,12 +156,13 @@ def source_rows(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
     stored = _source_qtype(src, want)
     if stored is not None and hasattr(src, "raw_rows") and (want is None or stored == want):
         raw = np.ascontiguousarray(_raw(src, start, length, stored))
-        return stored, torch.from_numpy(raw.copy() if not raw.flags.writeable else raw)
+        return _kept(src, stored, torch.from_numpy(raw.copy() if not raw.flags.writeable
+                                                   else raw))
     values = src[start:start + length]
     values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
     if want is None or not _whole_blocks(values.shape[1], want):
-        return None, values.contiguous()
-    return want, torch.from_numpy(quantize(values.numpy(), want))
+        return _kept(src, None, values.contiguous(), values)
+    return _kept(src, want, torch.from_numpy(quantize(values.numpy(), want)), values)
 
 
 def _whole_blocks(k: int, qtype: QType) -> bool:
@@ -171,12 +191,13 @@ def source_cols(src: Any, start: int, length: int, policy: QuantPolicy) -> tuple
         raw = _raw(src, 0, n, stored)
         b0 = start // stored.block * stored.bytes
         b1 = (start + length) // stored.block * stored.bytes
-        return stored, torch.from_numpy(np.ascontiguousarray(raw[:, b0:b1]).copy())
+        return _kept(src, stored, torch.from_numpy(np.ascontiguousarray(raw[:, b0:b1]).copy()))
     values = src[:, start:start + length]
     values = values.float() if isinstance(values, torch.Tensor) else torch.as_tensor(values)
     if want is None or not _whole_blocks(length, want):
-        return None, values.contiguous()
-    return want, torch.from_numpy(quantize(values.contiguous().numpy(), want))
+        return _kept(src, None, values.contiguous(), values)
+    return _kept(src, want, torch.from_numpy(quantize(values.contiguous().numpy(), want)),
+                 values)
 
 
 @dataclass

@@ -65,5 +65,5 @@ def test_the_traits_table_matches_qtypes() -> None:
         assert cdll.qk_type_info(q.ggml_id, info) == 0, q.name
         assert (info[0], info[1]) == (q.block, q.bytes), q.name
         assert info[2] > 0  # every type the kernels compute has an x8 layout
-    for unknown in (-1, 0, 1, 10, 99, 1 << 20):  # 10: Q2_K
+    for unknown in (-1, 0, 1, 20, 99, 1 << 20):  # 20: IQ4_NL
         assert cdll.qk_type_info(unknown, info) == -1  # E_TYPE

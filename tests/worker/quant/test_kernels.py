@@ -109,7 +109,8 @@ def test_reference_quantizers_are_byte_equal_to_gguf(name):
     np.testing.assert_array_equal(quantize(w, name), gguf_quantize(w, gtype(name)))
 
 
-@pytest.mark.parametrize("name,rel", [("q4_k", 0.09), ("q5_k", 0.045), ("q6_k", 0.02)])
+@pytest.mark.parametrize("name,rel", [("q2_k", 0.3), ("q3_k", 0.2), ("q4_k", 0.09), ("q5_k", 0.045),
+                                      ("q6_k", 0.02)])
 def test_k_quantizers_round_trip_through_ggufs_dequantizer(name, rel):
     w = np.random.default_rng(4).standard_normal((8, 512)).astype(np.float32)
     w[1] = 0.0
@@ -141,8 +142,8 @@ def test_bad_inputs_name_the_problem(kern):
         kern.matmul(qt, x, w, out, level=7)
     with pytest.raises(QuantKernelError, match="thread count"):
         kern.matmul(qt, x, w, out, threads=0)
-    with pytest.raises(ValueError, match=r"'q2_k' is not supported.*supported: \['q4_0'"):
-        qtype_of("q2_k")
+    with pytest.raises(ValueError, match=r"'iq4_nl' is not supported.*supported: \['q2_k'"):
+        qtype_of("iq4_nl")
     with pytest.raises(ValueError, match="whole blocks of 256"):
         quantize(np.zeros((2, 100), np.float32), "q4_k")
     with pytest.raises(ValueError, match="NaN"):
@@ -150,7 +151,7 @@ def test_bad_inputs_name_the_problem(kern):
 
 
 FP16_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q5_1": (0, 2),
-               "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+               "q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
 """Byte offsets of each type's fp16 scales (d, and the min / dmin) in a block; every other
 byte of every type is a free field (quantized values, high bits, packed scales)."""
 

@@ -95,24 +95,24 @@ def test_fused_parts_of_mixed_types_from_a_gguf_file(tmp_path):
         assert_product(layer(x), x, ref, 1e-5)
 
 
-def test_q5_1_and_q5_k_tensors_are_kept_as_packed_blocks(tmp_path):
-    """A file's Q5_1 and Q5_K tensors (a Q4_K_M / Q5_K_M mix holds Q5_K) load as their own
-    blocks, byte for byte, not dequantized to float; their first product lays them out in x8 and
-    matches the dequantized reference at decode and prefill M, float32 activations too."""
+@pytest.mark.parametrize("types", [("q5_k", "q5_1", "q5_k"), ("q3_k", "q2_k", "q4_k")])
+def test_newer_block_types_are_kept_as_packed_blocks(tmp_path, types):
+    """A file's Q5_1, Q5_K, Q3_K and Q2_K tensors (a Q4_K_M / Q5_K_M mix holds Q5_K, a Q3_K_M
+    or Q2_K file Q3_K and Q2_K beside Q4_K) load as their own blocks, byte for byte, not
+    dequantized to float; their first product lays them out in x8 and matches the dequantized
+    reference at decode and prefill M, float32 activations too."""
     rng = np.random.default_rng(5)
     hidden, d = 512, 64
-    srcs = write_gguf(tmp_path / "q5.gguf", {
-        "q": ("q5_k", rng.standard_normal((4 * d, hidden)).astype(np.float32)),
-        "k": ("q5_1", rng.standard_normal((2 * d, hidden)).astype(np.float32)),
-        "v": ("q5_k", rng.standard_normal((2 * d, hidden)).astype(np.float32)),
-    })
+    srcs = write_gguf(tmp_path / "mix.gguf", {
+        name: (qname, rng.standard_normal((rows * d, hidden)).astype(np.float32))
+        for name, qname, rows in zip("qkv", types, (4, 2, 2), strict=True)})
     layer = QKVParallelLinear(hidden, d, 4, 2, False, TPInfo(0, 1), torch.float32, "cpu")
     layer.quantize(QuantPolicy("gguf"))
     for part, name in enumerate("qkv"):
         layer.load(srcs[name], part)
     segs = layer.qweight.segments
     assert [(s.qtype.name if s.qtype else None, s.n) for s in segs] == [
-        ("q5_k", 4 * d), ("q5_1", 2 * d), ("q5_k", 2 * d)]
+        (types[0], 4 * d), (types[1], 2 * d), (types[2], 2 * d)]
     for s, name in zip(segs, "qkv", strict=True):
         assert np.array_equal(s.data.numpy(), srcs[name].raw_rows(0, s.n))
     ref = torch.cat([as_float(srcs[n]) for n in "qkv"])
@@ -127,13 +127,13 @@ def test_q5_1_and_q5_k_tensors_are_kept_as_packed_blocks(tmp_path):
 
 
 def test_k_quant_shards_in_x8_sum_to_the_full_product(tmp_path):
-    """Q4_K / Q5_K / Q6_K down projections split over 2 ranks at a 256-value super-block
+    """K-quant (Q2_K to Q6_K) down projections split over 2 ranks at a 256-value super-block
     boundary, each shard in the x8 layout: the partial products add up to the whole (decode and
     prefill M)."""
     rng = np.random.default_rng(2)
     srcs = write_gguf(tmp_path / "k.gguf", {
         name: (name, rng.standard_normal((72, 512)).astype(np.float32))
-        for name in ("q4_k", "q5_k", "q6_k")})
+        for name in ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")})
     for name, src in srcs.items():
         ref = as_float(src)
         for m in (1, 5, 40):
@@ -213,7 +213,7 @@ def test_config_lists_the_supported_values():
     assert ("auto", "none", *QUANTIZATION_MODES) == QUANTIZATIONS
     assert EngineConfig(model="tiny", quantization=None).quantization == "none"
     with pytest.raises(ValueError, match=r"quantization must be one of \('auto', 'none', 'gguf'"):
-        EngineConfig(model="tiny", quantization="q2_k")
+        EngineConfig(model="tiny", quantization="iq4_nl")
     with pytest.raises(ValueError, match="quantization must be one of"):
         QuantPolicy("int8")
     with pytest.raises(ValueError, match="'gguf' keeps a GGUF file's blocks"):

@@ -45,8 +45,8 @@ def test_repack_round_trips_and_dequantizes_exactly(kern, name):
         rows = torch.from_numpy(b)
         x8 = kern.repack_x8(qt, rows, k)
         # the file's bytes (rows padded to 8); Q4_K's and Q5_K's unpacked 6-bit scales take 4
-        # bytes more
-        extra = 4 * (k // 256) if name in ("q4_k", "q5_k") else 0
+        # bytes more, Q2_K's unpacked scales and mins 16, Q3_K's scales 4 and its nibbles 32
+        extra = {"q4_k": 4, "q5_k": 4, "q2_k": 16, "q3_k": 36}.get(name, 0) * (k // 256)
         assert x8.numel() == kern.x8_bytes(qt, n, k) == (n + 7) // 8 * 8 * (qt.row_bytes(k)
                                                                              + extra)
         assert torch.equal(kern.unpack_x8(qt, x8, n, k), rows)
@@ -105,8 +105,8 @@ def test_x8_bad_inputs_name_the_problem(kern):
     qt = QTYPES["q4_0"]
     b, _ = blocks_of("q4_0", 9, 64)
     x8 = kern.repack_x8(qt, torch.from_numpy(b), 64)
-    with pytest.raises(QuantKernelError, match="q2_k has no x8 layout"):
-        kern.repack_x8(QType("q2_k", 10, 256, 84), torch.zeros(1, 84, dtype=torch.uint8), 256)
+    with pytest.raises(QuantKernelError, match="iq4_nl has no x8 layout"):
+        kern.repack_x8(QType("iq4_nl", 20, 32, 18), torch.zeros(1, 18, dtype=torch.uint8), 32)
     with pytest.raises(QuantKernelError, match="whole blocks of 256 values; a row of 96"):
         kern.matmul_x8(QTYPES["q4_k"], torch.randn(1, 96), x8, torch.empty(1, 9))
     with pytest.raises(QuantKernelError, match="take 576 bytes in the x8 layout, got 575"):
@@ -149,7 +149,8 @@ def test_weight_switches_layout_with_the_policy(kern, name):
         got = qw(x)
         # int8 applies to q8_0/q4_0/q4_1 (the K-quants and Q5_1 keep int16: x8); a Q5_0
         # segment became Q8_0 rows under float32
-        int16 = act == "int16" or (act == "int8" and name in ("q5_1", "q4_k", "q5_k", "q6_k"))
+        int16 = act == "int16" or (act == "int8" and name not in ("q8_0", "q4_0", "q4_1",
+                                                                  "q5_0"))
         assert qw.segments[0].x8 == int16
         assert np.abs(got.numpy() - ref).max() < (1e-3 if int16 or act == "float32" else 0.05) \
             * float(np.abs(ref).max())

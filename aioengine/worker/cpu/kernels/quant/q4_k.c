@@ -209,7 +209,7 @@ static void q4_k_krow_pack(uint8_t *blk, const int *q, const int *sc, const int 
             blk[16 + 32 * pr + l] = (uint8_t)(q[64 * pr + l] | q[64 * pr + 32 + l] << 4);
 }
 
-X8K_MIN_FNS(q4_k, 1184, q4_k_krow_unpack, q4_k_krow_pack, nib_unpack, nib_pack)
+X8K_MIN_FNS(q4_k, 1184, 8, 0, q4_k_krow_unpack, q4_k_krow_pack, nib_unpack, nib_pack)
 
 const qk_traits qk_q4_k = {
     .name = "q4_k", .type = T_Q4_K, .block = 256, .bytes = 144, .row_level = QK_AVX512,

@@ -120,7 +120,7 @@ X8K_SIMD_FNS(q5_k, T_Q5_K)
 #endif
 
 /* x8 layout (x8.h): fp16 d[8] | fp16 dmin[8] | u8 sc[8][8] | u8 mn[8][8] | 8 Q5 payloads */
-X8K_MIN_FNS(q5_k, 1440, q5_k_unpack, q5_k_pack, q5x_unpack, q5x_pack)
+X8K_MIN_FNS(q5_k, 1440, 8, 0, q5_k_unpack, q5_k_pack, q5x_unpack, q5x_pack)
 
 const qk_traits qk_q5_k = {
     .name = "q5_k", .type = T_Q5_K, .block = 256, .bytes = 176, .row_level = QK_AVX512,

@@ -203,35 +203,15 @@ X8K_SIMD_FNS(q6_k, T_Q6_K)
 
 /* x8 layout (x8.h): fp16 d[8] | int8 sc[16][8] | 8 x (nibble payload | high 2-bit plane) */
 
-/* the high 2 bits of row r's 32 values in a 64-byte Q6_K high plane (v[32] |= hi << 4), and back */
-static void hi2_unpack(const uint8_t *p, int r, int *v) {
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *l = p + h * 32 + r * 4;
-        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
-        for (int c = 2 * h; c < 2 * h + 2; c++)
-            for (int i = 0; i < 4; i++) {
-                int pos = 2 * (4 * (c - 2 * h) + i);
-                v[8 * c + 2 * i] |= ((w0 >> pos) & 3) << 4;
-                v[8 * c + 2 * i + 1] |= ((w1 >> pos) & 3) << 4;
-            }
-    }
+/* row r of a sub-block's payload: the nibbles, then the high 2 bits */
+static void q6x_unpack(const uint8_t *p, int r, int *v) {
+    nib_unpack(p, r, v);
+    b2x_unpack(p + 128, r, v, 4);
 }
 
-static void hi2_pack(uint8_t *p, int r, const int *v) {
-    for (int h = 0; h < 2; h++) {
-        unsigned w0 = 0, w1 = 0;
-        for (int c = 2 * h; c < 2 * h + 2; c++)
-            for (int i = 0; i < 4; i++) {
-                int pos = 2 * (4 * (c - 2 * h) + i);
-                w0 |= (unsigned)((v[8 * c + 2 * i] >> 4) & 3) << pos;
-                w1 |= (unsigned)((v[8 * c + 2 * i + 1] >> 4) & 3) << pos;
-            }
-        uint8_t *l = p + h * 32 + r * 4;
-        l[0] = w0 & 0xFF;
-        l[1] = w0 >> 8;
-        l[2] = w1 & 0xFF;
-        l[3] = w1 >> 8;
-    }
+static void q6x_pack(uint8_t *p, int r, const int *v) {
+    nib_pack(p, r, v);
+    b2x_pack(p + 128, r, v, 4);
 }
 
 static void q6_k_krow_unpack(const uint8_t *blk, int *q, int *sc) {
@@ -259,74 +239,7 @@ static void q6_k_krow_pack(uint8_t *blk, const int *q, const int *sc) {
         }
 }
 
-static void q6_k_x8k_unpack_row(const uint8_t *g, int r, int *q, int *sc) {
-    for (int s = 0; s < 16; s++) sc[s] = ((const int8_t *)g)[16 + 8 * s + r];
-    for (int s = 0; s < 8; s++) {
-        nib_unpack(g + 144 + 192 * s, r, q + 32 * s);
-        hi2_unpack(g + 144 + 192 * s + 128, r, q + 32 * s);
-    }
-}
-
-static void q6_k_x8k_pack_row(uint8_t *g, int r, const int *q, const int *sc) {
-    for (int s = 0; s < 16; s++) g[16 + 8 * s + r] = (uint8_t)(int8_t)sc[s];
-    for (int s = 0; s < 8; s++) {
-        nib_pack(g + 144 + 192 * s, r, q + 32 * s);
-        hi2_pack(g + 144 + 192 * s + 128, r, q + 32 * s);
-    }
-}
-
-static void q6_k_x8_pack(const uint8_t *blk, uint8_t *g, int r) {
-    int q[256], sc[16];
-    memcpy(g + 2 * r, blk + 208, 2);
-    q6_k_krow_unpack(blk, q, sc);
-    q6_k_x8k_pack_row(g, r, q, sc);
-}
-
-static void q6_k_x8_unpack(const uint8_t *g, int r, uint8_t *blk) {
-    int q[256], sc[16];
-    memcpy(blk + 208, g + 2 * r, 2);
-    q6_k_x8k_unpack_row(g, r, q, sc);
-    q6_k_krow_pack(blk, q, sc);
-}
-
-/* row r of the groups from g on, the reference's float products */
-static void q6_k_x8_deq(const uint8_t *g0, int64_t nb, int r, float *out0) {
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *g = g0 + b * 1680;
-        float *out = out0 + b * 256;
-        int q[256], sc[16];
-        q6_k_x8k_unpack_row(g, r, q, sc);
-        float d = h2f(g + 2 * r);
-        for (int i = 0; i < 256; i++) out[i] = d * sc[i / 16] * (q[i] - 32);
-    }
-}
-
-/* scalar: 8 outputs of group gp (nb super-blocks) for one x row */
-static void q6_k_x8_dot_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,
-                               const float *xs, float *out) {
-    (void)xs;
-    int q[256], sc[16];
-    for (int r = 0; r < 8; r++) out[r] = 0.0f;
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *g = gp + b * 1680;
-        for (int r = 0; r < 8; r++) {
-            q6_k_x8k_unpack_row(g, r, q, sc);
-            float d = h2f(g + 2 * r), acc = 0.0f;
-            for (int s = 0; s < 8; s++) {
-                const x16_block *xb = &xq[b * 8 + s];
-                int32_t s0 = 0, s1 = 0;
-                for (int l = 0; l < 16; l++) {
-                    s0 += (q[32 * s + l] - 32) * xb->q[l];
-                    s1 += (q[32 * s + 16 + l] - 32) * xb->q[16 + l];
-                }
-                acc += d * xb->d * ((float)sc[2 * s] * s0 + (float)sc[2 * s + 1] * s1);
-            }
-            out[r] += acc;
-        }
-    }
-}
-
-X8K_SCALAR_GROUP(q6_k)
+X8K_SYM_FNS(q6_k, 1680, 208, 32, q6_k_krow_unpack, q6_k_krow_pack, q6x_unpack, q6x_pack)
 
 const qk_traits qk_q6_k = {
     .name = "q6_k", .type = T_Q6_K, .block = 256, .bytes = 210, .row_level = QK_AVX512,

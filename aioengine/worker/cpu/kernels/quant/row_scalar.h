@@ -61,4 +61,61 @@ static inline __attribute__((always_inline)) float dot_i8_scalar(
     return acc;
 }
 
+/* Q2_K and Q3_K, a scale per 16 values: the row entries from PREFIX##_scales(blk, a, b), which
+ * gives a[i] = d*sc[i] and b[i] = dmin*mn[i] (Q3_K: 0) of a super-block's 16 scale groups, and
+ * PREFIX##_vals(blk, q), its 256 stored values; x = a*(q - OFF) - b, the reference's float
+ * products (exact). */
+#define K16_ROW_FNS(PREFIX, BYTES, OFF)                                                       \
+    static void PREFIX##_deq_scalar(const uint8_t *w, int64_t nb, float *out) {               \
+        int q[256];                                                                           \
+        float a[16], c[16];                                                                   \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            PREFIX##_scales(w + b * BYTES, a, c);                                             \
+            PREFIX##_vals(w + b * BYTES, q);                                                  \
+            for (int v = 0; v < 256; v++)                                                     \
+                out[b * 256 + v] = a[v / 16] * (float)(q[v] - OFF) - c[v / 16];               \
+        }                                                                                     \
+    }                                                                                         \
+    static float PREFIX##_dot_scalar(const uint8_t *w, int64_t nb, const float *x,            \
+                                     const float *xs) {                                       \
+        (void)xs; /* per 32 values: the mins need sums per 16 */                              \
+        int q[256];                                                                           \
+        float a[16], c[16], acc = 0.0f;                                                       \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            PREFIX##_scales(w + b * BYTES, a, c);                                             \
+            PREFIX##_vals(w + b * BYTES, q);                                                  \
+            for (int i = 0; i < 16; i++) {                                                    \
+                const float *xb = x + b * 256 + 16 * i;                                       \
+                float s = 0.0f, sx = 0.0f;                                                    \
+                for (int l = 0; l < 16; l++) {                                                \
+                    s += xb[l] * (float)(q[16 * i + l] - OFF);                                \
+                    sx += xb[l];                                                              \
+                }                                                                             \
+                acc += a[i] * s - c[i] * sx;                                                  \
+            }                                                                                 \
+        }                                                                                     \
+        return acc;                                                                           \
+    }                                                                                         \
+    static float PREFIX##_dot_i16_scalar(const uint8_t *w, int64_t nb, const x16_block *xq,   \
+                                         const float *xs) {                                   \
+        (void)xs;                                                                             \
+        int q[256];                                                                           \
+        float a[16], c[16], acc = 0.0f;                                                       \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            PREFIX##_scales(w + b * BYTES, a, c);                                             \
+            PREFIX##_vals(w + b * BYTES, q);                                                  \
+            for (int i = 0; i < 16; i++) {                                                    \
+                const x16_block *xb = &xq[b * 8 + i / 2];                                     \
+                int32_t s = 0, sx = 0;                                                        \
+                for (int l = 0; l < 16; l++) {                                                \
+                    int32_t xv = xb->q[16 * (i % 2) + l];                                     \
+                    s += (q[16 * i + l] - OFF) * xv;                                          \
+                    sx += xv;                                                                 \
+                }                                                                             \
+                acc += xb->d * (a[i] * (float)s - c[i] * (float)sx);                          \
+            }                                                                                 \
+        }                                                                                     \
+        return acc;                                                                           \
+    }
+
 #endif

@@ -228,6 +228,86 @@ AVX2 static inline void u8x32_affine(__m256i v, __m256 d, __m256 m, float *out) 
     _mm256_storeu_ps(out + 24, _mm256_fmadd_ps(u8x8(_mm_srli_si128(hi, 8)), d, m));
 }
 
+/* the 32 stored values of sub-block s of a Q2_K (hm NULL) or Q3_K super-block as bytes: bits
+ * 2(s%4) of the 32 bytes at qs + 32(s/4), and Q3_K's bit s of hm[l] on top as bit 2 */
+AVX2 static inline __m256i k2_bytes32(const uint8_t *qs, const uint8_t *hm, int s) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (s / 4)));
+    v = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (s % 4)), _mm256_set1_epi8(3));
+    if (!hm) return v;
+    __m256i h = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)hm), s),
+                                 _mm256_set1_epi8(1));
+    return _mm256_or_si256(v, _mm256_slli_epi16(h, 2));
+}
+
+/* Q2_K and Q3_K in the row layout with AVX2, from the type's PREFIX##_scales (row_scalar.h's
+ * K16_ROW_FNS) and PREFIX##_bytes32(p, s), sub-block s's 32 stored values as bytes; one
+ * always-inline loop, OP the entry (0 dequantize, 1 float32 dot, 2 int16 dot) folded per
+ * instance. x = a*(q - OFF) - b per 16 values: the dot products take a * sum(x q) - (b + OFF a)
+ * * sum(x) (int16: Q2_K's min from the sum of the int16 activations); a*q is exact in float32
+ * (an fp16 d times a 6-bit scale times a 3-bit value), so the dequantization's FMA rounds once
+ * as the reference's a*q - b does. */
+#define K16_ROW_AVX2_FNS(PREFIX, BYTES, OFF)                                                  \
+    AVX2 QK_INLINE float PREFIX##_k16_avx2(const int op, const uint8_t *w, int64_t nb,        \
+                                           const float *x, const x16_block *xq, float *out) { \
+        float a[16], c[16];                                                                   \
+        const __m256i off32 = _mm256_set1_epi32(OFF), off16 = _mm256_set1_epi16(OFF);        \
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();                         \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            const uint8_t *p = w + b * BYTES;                                                 \
+            PREFIX##_scales(p, a, c);                                                         \
+            for (int s = 0; s < 8; s++) {                                                     \
+                __m256i v = PREFIX##_bytes32(p, s);                                           \
+                __m128i h[2] = {_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)};   \
+                for (int k = 0; k < 2; k++) {                                                 \
+                    const int i = 2 * s + k; /* values 16i..16i+15 of the super-block */     \
+                    if (op == 0) {                                                            \
+                        for (int j = 0; j < 2; j++) {                                         \
+                            __m128i q8 = j ? _mm_srli_si128(h[k], 8) : h[k];                  \
+                            __m256 q = _mm256_cvtepi32_ps(                                    \
+                                _mm256_sub_epi32(_mm256_cvtepu8_epi32(q8), off32));           \
+                            _mm256_storeu_ps(out + b * 256 + 16 * i + 8 * j,                  \
+                                             _mm256_fmadd_ps(q, _mm256_set1_ps(a[i]),         \
+                                                             _mm256_set1_ps(-c[i])));         \
+                        }                                                                     \
+                    } else if (op == 1) {                                                     \
+                        const float *xb = x + b * 256 + 16 * i;                               \
+                        __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);        \
+                        __m256 sq = _mm256_fmadd_ps(u8x8(_mm_srli_si128(h[k], 8)), x1,        \
+                                                    _mm256_mul_ps(u8x8(h[k]), x0));           \
+                        acc = _mm256_fmadd_ps(sq, _mm256_set1_ps(a[i]), acc);                 \
+                        accm = _mm256_fmadd_ps(_mm256_add_ps(x0, x1),                         \
+                                               _mm256_set1_ps(c[i] + OFF * a[i]), accm);      \
+                    } else {                                                                  \
+                        const x16_block *xb = &xq[b * 8 + s];                                 \
+                        __m256 sq = _mm256_cvtepi32_ps(madd16(h[k], off16, xb->q + 16 * k)); \
+                        acc = _mm256_fmadd_ps(sq, _mm256_set1_ps(a[i] * xb->d), acc);         \
+                        if (OFF == 0) {                                                       \
+                            __m256i sx = _mm256_madd_epi16(                                   \
+                                _mm256_set1_epi16(1),                                         \
+                                _mm256_loadu_si256((const __m256i *)(xb->q + 16 * k)));       \
+                            accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sx),                    \
+                                                   _mm256_set1_ps(c[i] * xb->d), accm);       \
+                        }                                                                     \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        return hsum8(_mm256_sub_ps(acc, accm));                                               \
+    }                                                                                         \
+    AVX2 static void PREFIX##_deq_avx2(const uint8_t *w, int64_t nb, float *out) {            \
+        PREFIX##_k16_avx2(0, w, nb, NULL, NULL, out);                                         \
+    }                                                                                         \
+    AVX2 static float PREFIX##_dot_avx2(const uint8_t *w, int64_t nb, const float *x,         \
+                                        const float *xs) {                                    \
+        (void)xs;                                                                             \
+        return PREFIX##_k16_avx2(1, w, nb, x, NULL, NULL);                                    \
+    }                                                                                         \
+    AVX2 static float PREFIX##_dot_i16_avx2(const uint8_t *w, int64_t nb, const x16_block *xq, \
+                                            const float *xs) {                                \
+        (void)xs;                                                                             \
+        return PREFIX##_k16_avx2(2, w, nb, NULL, xq, NULL);                                   \
+    }
+
 /* AVX-512: 4-bit values looked up in a 16-entry table of their dequantized floats (vpermps) */
 AVX512 static inline __m512 nib_lut_dot32(__m128i q, __m512 lut, const float *x, __m512 acc) {
     const __m128i m = _mm_set1_epi8(0x0F);

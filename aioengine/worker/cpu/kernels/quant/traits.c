@@ -4,6 +4,8 @@
 
 /* indexed by ggml type id; a new type is one line here */
 static const qk_traits *const TYPES[] = {
+    [T_Q2_K] = &qk_q2_k,
+    [T_Q3_K] = &qk_q3_k,
     [T_Q4_0] = &qk_q4_0,
     [T_Q4_1] = &qk_q4_1,
     [T_Q5_0] = &qk_q5_0,

@@ -68,6 +68,7 @@ const qk_traits *qk_traits_of(int t);
 #define QK_PER_LEVEL(scalar, avx2, avx512) {scalar, scalar, scalar}
 #endif
 
-extern const qk_traits qk_q8_0, qk_q4_0, qk_q4_1, qk_q5_0, qk_q5_1, qk_q4_k, qk_q5_k, qk_q6_k;
+extern const qk_traits qk_q8_0, qk_q4_0, qk_q4_1, qk_q5_0, qk_q5_1, qk_q2_k, qk_q3_k, qk_q4_k,
+    qk_q5_k, qk_q6_k;
 
 #endif

@@ -22,7 +22,7 @@
  * of the int16 activations per block for Q4_0's offset (sum (q-8)x = sum qx - 8 sum x) and the
  * exact float sums for Q4_1's and Q5_1's min. */
 
-/* K-quants in the x8 layout (Q4_K, Q5_K, Q6_K): per 8 rows and 256-value super-block, a header
+/* K-quants in the x8 layout (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): per 8 rows and 256-value super-block, a header
  * then 8 sub-blocks of 32 values whose 4-bit parts use the Q4 nibble arrangement above (Q5_K:
  * the Q5 payload).
  *   Q4_K (1184 bytes, the file's 8 x 144 plus 32): fp16 d[8] | fp16 dmin[8] | u8 sc[8 sub][8 rows]
@@ -33,6 +33,12 @@
  *     low 4 bits | 64 bytes of high 2 bits: vector h covers chunks 2h, 2h+1; lane r's word 0 holds
  *     values 8c+2i at bits 2(4(c-2h)+i), word 1 values 8c+2i+1). x = (d*sc) (q - 32), one scale
  *     per 16 values: chunks 0-1 and 2-3 of a sub-block are summed apart.
+ *   Q3_K (1168 bytes, the file's 8 x 110 plus 288): Q6_K's header (the scales less 32) | 8 x
+ *     128-byte Q4 payloads of the 3-bit values 0..7, x = (d*sc) (q - 4): the third bit widened
+ *     to a nibble, so Q3_K shares Q4_K's unpacking (a 3-bit payload would need its own).
+ *   Q2_K (800 bytes, the file's 8 x 84 plus 128): fp16 d[8] | fp16 dmin[8] | u8 sc[16][8] |
+ *     u8 mn[16][8] | 8 x 64-byte planes of the 2-bit values (Q6_K's high-bit arrangement);
+ *     x = (d*sc) q - (dmin*mn), a scale and min per 16 values.
  * The header keeps every bit of the file's scales: unpacking gives the file's rows byte for byte. */
 
 #include <string.h>
@@ -182,32 +188,35 @@ static inline void q5x_pack(uint8_t *p, int r, const int *v) {
             PREFIX##_x8_dot_scalar(gp, nb, xq + i * n32, xs + i * n32, out + 8 * i);          \
     }
 
-/* The x8 entries of a K-quant with 6-bit scales and mins (Q4_K, Q5_K: Q4_K's header, then 8
- * payloads of PB bytes): ROW_UNPACK(blk, q, sc, mn) / ROW_PACK for a file block, PAY_UNPACK(p, r,
+/* The x8 entries of a K-quant with scales and mins (Q4_K, Q5_K: 8 of 6 bits; Q2_K: NS = 16 of 4
+ * bits): fp16 d[8] | fp16 dmin[8] | u8 sc[NS][8] | u8 mn[NS][8] | 8 payloads of 32 values.
+ * ROW_UNPACK(blk, q, sc, mn) / ROW_PACK for a file block (fp16 d, dmin at DOFF), PAY_UNPACK(p, r,
  * v) / PAY_PACK for row r of a sub-block's payload. GB: bytes of a group block. */
-#define X8K_MIN_FNS(PREFIX, GB, ROW_UNPACK, ROW_PACK, PAY_UNPACK, PAY_PACK)                      \
+#define X8K_MIN_FNS(PREFIX, GB, NS, DOFF, ROW_UNPACK, ROW_PACK, PAY_UNPACK, PAY_PACK)                  \
     static void PREFIX##_x8k_unpack_row(const uint8_t *g, int r, int *q, int *sc, int *mn) {  \
-        for (int s = 0; s < 8; s++) {                                                         \
-            sc[s] = g[32 + 8 * s + r];                                                        \
-            mn[s] = g[96 + 8 * s + r];                                                        \
-            PAY_UNPACK(g + 160 + (GB - 160) / 8 * s, r, q + 32 * s);                          \
+        for (int i = 0; i < NS; i++) {                                                        \
+            sc[i] = g[32 + 8 * i + r];                                                        \
+            mn[i] = g[32 + 8 * NS + 8 * i + r];                                               \
         }                                                                                     \
+        for (int s = 0; s < 8; s++)                                                           \
+            PAY_UNPACK(g + 32 + 16 * NS + (GB - 32 - 16 * NS) / 8 * s, r, q + 32 * s);        \
     }                                                                                         \
     static void PREFIX##_x8_pack(const uint8_t *blk, uint8_t *g, int r) {                     \
-        int q[256], sc[8], mn[8];                                                             \
-        memcpy(g + 2 * r, blk, 2);                                                            \
-        memcpy(g + 16 + 2 * r, blk + 2, 2);                                                   \
+        int q[256], sc[NS], mn[NS];                                                           \
+        memcpy(g + 2 * r, blk + DOFF, 2);                                      \
+        memcpy(g + 16 + 2 * r, blk + DOFF + 2, 2);                                 \
         ROW_UNPACK(blk, q, sc, mn);                                                           \
-        for (int s = 0; s < 8; s++) {                                                         \
-            g[32 + 8 * s + r] = (uint8_t)sc[s];                                               \
-            g[96 + 8 * s + r] = (uint8_t)mn[s];                                               \
-            PAY_PACK(g + 160 + (GB - 160) / 8 * s, r, q + 32 * s);                            \
+        for (int i = 0; i < NS; i++) {                                                        \
+            g[32 + 8 * i + r] = (uint8_t)sc[i];                                               \
+            g[32 + 8 * NS + 8 * i + r] = (uint8_t)mn[i];                                      \
         }                                                                                     \
+        for (int s = 0; s < 8; s++)                                                           \
+            PAY_PACK(g + 32 + 16 * NS + (GB - 32 - 16 * NS) / 8 * s, r, q + 32 * s);          \
     }                                                                                         \
     static void PREFIX##_x8_unpack(const uint8_t *g, int r, uint8_t *blk) {                   \
-        int q[256], sc[8], mn[8];                                                             \
-        memcpy(blk, g + 2 * r, 2);                                                            \
-        memcpy(blk + 2, g + 16 + 2 * r, 2);                                                   \
+        int q[256], sc[NS], mn[NS];                                                           \
+        memcpy(blk + DOFF, g + 2 * r, 2);                                      \
+        memcpy(blk + DOFF + 2, g + 16 + 2 * r, 2);                                 \
         PREFIX##_x8k_unpack_row(g, r, q, sc, mn);                                             \
         ROW_PACK(blk, q, sc, mn);                                                             \
     }                                                                                         \
@@ -216,31 +225,130 @@ static inline void q5x_pack(uint8_t *p, int r, const int *v) {
         for (int64_t b = 0; b < nb; b++) {                                                    \
             const uint8_t *g = g0 + b * GB;                                                   \
             float *out = out0 + b * 256;                                                      \
-            int q[256], sc[8], mn[8];                                                         \
+            int q[256], sc[NS], mn[NS];                                                       \
             PREFIX##_x8k_unpack_row(g, r, q, sc, mn);                                         \
             float d = h2f(g + 2 * r), dmin = h2f(g + 16 + 2 * r);                             \
-            for (int s = 0; s < 8; s++) {                                                     \
-                float ds = d * sc[s], ms = dmin * mn[s];                                      \
-                for (int l = 0; l < 32; l++) out[32 * s + l] = ds * q[32 * s + l] - ms;       \
+            for (int i = 0; i < NS; i++) {                                                    \
+                float ds = d * sc[i], ms = dmin * mn[i];                                      \
+                for (int l = 0; l < 256 / NS; l++)                                            \
+                    out[256 / NS * i + l] = ds * q[256 / NS * i + l] - ms;                    \
             }                                                                                 \
         }                                                                                     \
     }                                                                                         \
-    /* scalar: 8 outputs of group gp (nb super-blocks) for one x row */                       \
+    /* scalar: 8 outputs of group gp (nb super-blocks) for one x row; the mins take the exact  \
+     * float sums per 32 values, or (NS 16) the int16 ones per 16 as the SIMD kernel does */  \
     static void PREFIX##_x8_dot_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,    \
                                        const float *xs, float *out) {                         \
-        int q[256], sc[8], mn[8];                                                             \
+        int q[256], sc[NS], mn[NS];                                                           \
+        const int n = 256 / NS;                                                               \
         for (int r = 0; r < 8; r++) out[r] = 0.0f;                                            \
         for (int64_t b = 0; b < nb; b++) {                                                    \
             const uint8_t *g = gp + b * GB;                                                   \
             for (int r = 0; r < 8; r++) {                                                     \
                 PREFIX##_x8k_unpack_row(g, r, q, sc, mn);                                     \
+                float d = h2f(g + 2 * r), dmin = h2f(g + 16 + 2 * r), acc = 0.0f;            \
+                for (int i = 0; i < NS; i++) {                                                \
+                    const x16_block *xb = &xq[b * 8 + n * i / 32];                            \
+                    const int16_t *xv = xb->q + n * i % 32;                                   \
+                    int32_t si = 0, sx = 0;                                                   \
+                    for (int l = 0; l < n; l++) {                                             \
+                        si += q[n * i + l] * xv[l];                                           \
+                        sx += xv[l];                                                          \
+                    }                                                                         \
+                    float xm = NS == 8 ? xs[b * 8 + i] : xb->d * (float)sx;                   \
+                    acc += d * sc[i] * xb->d * (float)si - dmin * mn[i] * xm;                 \
+                }                                                                             \
+                out[r] += acc;                                                                \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    X8K_SCALAR_GROUP(PREFIX)
+
+/* row r's 2-bit values in a 64-byte x8 plane p (Q6_K's high bits, Q2_K's values): v[32] |=
+ * bits << SH; and back from bits SH..SH+1 of v. Vector h covers chunks 2h, 2h+1 as the Q4 payload
+ * does; lane r's word 0 holds values 8c+2i at bits 2(4(c-2h)+i), word 1 values 8c+2i+1. */
+static inline void b2x_unpack(const uint8_t *p, int r, int *v, int sh) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *l = p + h * 32 + r * 4;
+        unsigned w0 = l[0] | (unsigned)l[1] << 8, w1 = l[2] | (unsigned)l[3] << 8;
+        for (int c = 2 * h; c < 2 * h + 2; c++)
+            for (int i = 0; i < 4; i++) {
+                int pos = 2 * (4 * (c - 2 * h) + i);
+                v[8 * c + 2 * i] |= ((w0 >> pos) & 3) << sh;
+                v[8 * c + 2 * i + 1] |= ((w1 >> pos) & 3) << sh;
+            }
+    }
+}
+
+static inline void b2x_pack(uint8_t *p, int r, const int *v, int sh) {
+    for (int h = 0; h < 2; h++) {
+        unsigned w0 = 0, w1 = 0;
+        for (int c = 2 * h; c < 2 * h + 2; c++)
+            for (int i = 0; i < 4; i++) {
+                int pos = 2 * (4 * (c - 2 * h) + i);
+                w0 |= (unsigned)((v[8 * c + 2 * i] >> sh) & 3) << pos;
+                w1 |= (unsigned)((v[8 * c + 2 * i + 1] >> sh) & 3) << pos;
+            }
+        uint8_t *l = p + h * 32 + r * 4;
+        l[0] = w0 & 0xFF;
+        l[1] = w0 >> 8;
+        l[2] = w1 & 0xFF;
+        l[3] = w1 >> 8;
+    }
+}
+
+/* The x8 entries of a K-quant with a signed scale per 16 values and no min (Q6_K, Q3_K):
+ * fp16 d[8] | int8 sc[16][8] | 8 payloads of 32 values, x = d*sc*(q - OFF). ROW_UNPACK(blk, q,
+ * sc) / ROW_PACK for a file block (fp16 d at DOFF), PAY_UNPACK(p, r, v) / PAY_PACK for row r of
+ * a sub-block's payload. GB: bytes of a group block. */
+#define X8K_SYM_FNS(PREFIX, GB, DOFF, OFF, ROW_UNPACK, ROW_PACK, PAY_UNPACK, PAY_PACK)           \
+    static void PREFIX##_x8k_unpack_row(const uint8_t *g, int r, int *q, int *sc) {           \
+        for (int s = 0; s < 16; s++) sc[s] = ((const int8_t *)g)[16 + 8 * s + r];             \
+        for (int s = 0; s < 8; s++) PAY_UNPACK(g + 144 + (GB - 144) / 8 * s, r, q + 32 * s);  \
+    }                                                                                         \
+    static void PREFIX##_x8_pack(const uint8_t *blk, uint8_t *g, int r) {                     \
+        int q[256], sc[16];                                                                   \
+        memcpy(g + 2 * r, blk + DOFF, 2);                                                     \
+        ROW_UNPACK(blk, q, sc);                                                               \
+        for (int s = 0; s < 16; s++) g[16 + 8 * s + r] = (uint8_t)(int8_t)sc[s];              \
+        for (int s = 0; s < 8; s++) PAY_PACK(g + 144 + (GB - 144) / 8 * s, r, q + 32 * s);    \
+    }                                                                                         \
+    static void PREFIX##_x8_unpack(const uint8_t *g, int r, uint8_t *blk) {                   \
+        int q[256], sc[16];                                                                   \
+        memcpy(blk + DOFF, g + 2 * r, 2);                                                     \
+        PREFIX##_x8k_unpack_row(g, r, q, sc);                                                 \
+        ROW_PACK(blk, q, sc);                                                                 \
+    }                                                                                         \
+    /* row r of the groups from g on, the reference's float products */                       \
+    static void PREFIX##_x8_deq(const uint8_t *g0, int64_t nb, int r, float *out0) {          \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            const uint8_t *g = g0 + b * GB;                                                   \
+            float *out = out0 + b * 256;                                                      \
+            int q[256], sc[16];                                                               \
+            PREFIX##_x8k_unpack_row(g, r, q, sc);                                             \
+            float d = h2f(g + 2 * r);                                                         \
+            for (int i = 0; i < 256; i++) out[i] = d * sc[i / 16] * (q[i] - OFF);             \
+        }                                                                                     \
+    }                                                                                         \
+    /* scalar: 8 outputs of group gp (nb super-blocks) for one x row */                       \
+    static void PREFIX##_x8_dot_scalar(const uint8_t *gp, int64_t nb, const x16_block *xq,    \
+                                       const float *xs, float *out) {                         \
+        (void)xs;                                                                             \
+        int q[256], sc[16];                                                                   \
+        for (int r = 0; r < 8; r++) out[r] = 0.0f;                                            \
+        for (int64_t b = 0; b < nb; b++) {                                                    \
+            const uint8_t *g = gp + b * GB;                                                   \
+            for (int r = 0; r < 8; r++) {                                                     \
+                PREFIX##_x8k_unpack_row(g, r, q, sc);                                         \
                 float d = h2f(g + 2 * r), acc = 0.0f;                                         \
                 for (int s = 0; s < 8; s++) {                                                 \
                     const x16_block *xb = &xq[b * 8 + s];                                     \
-                    int32_t si = 0;                                                           \
-                    for (int l = 0; l < 32; l++) si += q[32 * s + l] * xb->q[l];              \
-                    acc += d * sc[s] * xb->d * (float)si -                                    \
-                           h2f(g + 16 + 2 * r) * mn[s] * xs[b * 8 + s];                       \
+                    int32_t s0 = 0, s1 = 0;                                                   \
+                    for (int l = 0; l < 16; l++) {                                            \
+                        s0 += (q[32 * s + l] - OFF) * xb->q[l];                               \
+                        s1 += (q[32 * s + 16 + l] - OFF) * xb->q[16 + l];                     \
+                    }                                                                         \
+                    acc += d * xb->d * ((float)sc[2 * s] * s0 + (float)sc[2 * s + 1] * s1);   \
                 }                                                                             \
                 out[r] += acc;                                                                \
             }                                                                                 \

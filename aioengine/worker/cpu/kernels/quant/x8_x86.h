@@ -255,23 +255,29 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
 
 
 /* K-quants: 8 outputs of group gp (nb super-blocks) for MR x rows, out[i*8 + r]. NA integer
- * accumulators per x row and scale group at MR 1 (Q6_K sums the two 16-value halves apart).
- * Q5_K's sub-blocks are Q5_0's payload (SPARE as X8_KERNEL's), its scales and mins Q4_K's. */
+ * accumulators per x row and scale group at MR 1 (Q6_K, Q3_K, Q2_K: a scale per 16 values, the
+ * two halves of a sub-block summed apart). Q5_K's sub-blocks are Q5_0's payload (SPARE as
+ * X8_KERNEL's), its scales and mins Q4_K's; Q3_K is Q6_K without the high plane and offset 4;
+ * Q2_K's values are Q6_K's high plane alone, its mins taken with the int16 sums per half. */
 #define X8K_KERNEL(NAME, TARGET, MADD_ACC, SPARE, NA1)                                        \
     TARGET static inline __attribute__((always_inline)) void NAME(                          \
         const int t, const uint8_t *gp, int64_t nb, const x16_block *xq, const float *xs,   \
         const int32_t *xi, const int32_t *xh, int64_t n32, const int MR, float *out) {      \
-        const int q6 = t == T_Q6_K, q5 = t == T_Q5_K, gb = q6 ? 1680 : q5 ? 1440 : 1184;    \
+        const int q6 = t == T_Q6_K, q5 = t == T_Q5_K, q3 = t == T_Q3_K, q2 = t == T_Q2_K;    \
+        const int s16 = q6 || q3 || q2, off = q6 ? 32 : q3 ? 4 : 0;                          \
+        const int gb = q6 ? 1680 : q5 ? 1440 : q3 ? 1168 : q2 ? 800 : 1184;                  \
         const int NA = MR == 1 ? NA1 : 1;                                                    \
         const __m256i m4 = _mm256_set1_epi16(0x0F), m30 = _mm256_set1_epi16(0x30);          \
+        const __m256i m3 = _mm256_set1_epi16(3);                                             \
         __m256 acc[4], accm[4];                                                              \
         for (int i = 0; i < 4; i++) acc[i] = accm[i] = _mm256_setzero_ps();                  \
         for (int64_t b = 0; b < nb; b++) {                                                   \
             const uint8_t *p = gp + b * gb;                                                  \
             const __m256 d8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));         \
-            const __m256 dm8 = q6 ? d8 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))); \
+            const __m256 dm8 = q6 || q3 ? d8 : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16))); \
             for (int sb = 0; sb < 8; sb++) {                                                 \
-                const uint8_t *q = p + (q6 ? 144 + 192 * sb : q5 ? 160 + 160 * sb : 160 + 128 * sb); \
+                const uint8_t *q = p + (q6 ? 144 + 192 * sb : q5 ? 160 + 160 * sb : q3 ? 144 + 128 * sb \
+                                        : q2 ? 288 + 64 * sb : 160 + 128 * sb);             \
                 const int64_t xb = b * 8 + sb;                                               \
                 X8_PREFETCH(p, sb * gb / 8 / 64 * 64, (sb + 1) * gb / 8);                    \
                 __m256i s[4][2][4];                                                          \
@@ -297,30 +303,45 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
                                                     bcast_pair(xq[i * n32 + xb].q + 30));    \
                 }                                                                            \
                 for (int c = 0; c < (q5 ? 0 : 4); c++) {                                     \
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));           \
-                    __m256i hv = q6 ? _mm256_loadu_si256((const __m256i *)(q + 128 + 32 * (c / 2))) \
-                                    : v;                                                     \
+                    __m256i hv = q6 || q2 ? _mm256_loadu_si256((const __m256i *)(q + (q6 ? 128 : 0) + 32 * (c / 2))) \
+                                          : _mm256_setzero_si256();                          \
+                    __m256i v = q2 ? hv : _mm256_loadu_si256((const __m256i *)(q + 32 * c));  \
                     for (int h = 0; h < 4; h++) {                                            \
-                        __m256i u = h == 3 ? _mm256_srli_epi16(v, 12)                        \
-                                           : _mm256_and_si256(h ? _mm256_srli_epi16(v, 4 * h) : v, m4); \
+                        __m256i u;                                                           \
+                        if (q2) {                                                            \
+                            const int pos = 2 * (4 * (c % 2) + h);                           \
+                            u = _mm256_and_si256(pos ? _mm256_srli_epi16(hv, pos) : hv, m3); \
+                        } else {                                                             \
+                            u = h == 3 ? _mm256_srli_epi16(v, 12)                            \
+                                       : _mm256_and_si256(h ? _mm256_srli_epi16(v, 4 * h) : v, m4); \
+                        }                                                                    \
                         if (q6) {                                                            \
                             const int pos = 2 * (4 * (c % 2) + h);                           \
                             __m256i hb = pos >= 4 ? _mm256_srli_epi16(hv, pos - 4)          \
                                                   : _mm256_slli_epi16(hv, 4 - pos);          \
                             u = _mm256_or_si256(u, _mm256_and_si256(hb, m30));               \
                         }                                                                    \
-                        const int hf = q6 ? c / 2 : 0, a = (4 * c + h) % NA;                 \
+                        const int hf = s16 ? c / 2 : 0, a = (4 * c + h) % NA;                \
                         for (int i = 0; i < MR; i++)                                         \
                             s[i][hf][a] = MADD_ACC(s[i][hf][a], u,                           \
                                                    bcast_pair(xq[i * n32 + xb].q + 8 * c + 2 * h)); \
                     }                                                                        \
                 }                                                                            \
-                if (q6) {                                                                    \
-                    const __m256 scA = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(             \
-                        _mm_loadl_epi64((const __m128i *)(p + 16 + 16 * sb))));             \
-                    const __m256 scB = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(             \
-                        _mm_loadl_epi64((const __m128i *)(p + 24 + 16 * sb))));             \
+                if (s16) {                                                                   \
+                    /* Q2_K: u8 scales at 32 and mins at 160; Q6_K, Q3_K: int8 scales at 16 */  \
+                    const uint8_t *ps = p + (q2 ? 32 : 16) + 16 * sb;                       \
+                    const __m128i rA = _mm_loadl_epi64((const __m128i *)ps);                 \
+                    const __m128i rB = _mm_loadl_epi64((const __m128i *)(ps + 8));           \
+                    const __m256 scA = _mm256_cvtepi32_ps(q2 ? _mm256_cvtepu8_epi32(rA) : _mm256_cvtepi8_epi32(rA)); \
+                    const __m256 scB = _mm256_cvtepi32_ps(q2 ? _mm256_cvtepu8_epi32(rB) : _mm256_cvtepi8_epi32(rB)); \
                     const __m256 dA = _mm256_mul_ps(d8, scA), dB = _mm256_mul_ps(d8, scB);   \
+                    __m256 mA = dA, mB = dB;                                                 \
+                    if (q2) {                                                                \
+                        mA = _mm256_mul_ps(dm8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(    \
+                                 _mm_loadl_epi64((const __m128i *)(ps + 128)))));           \
+                        mB = _mm256_mul_ps(dm8, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(    \
+                                 _mm_loadl_epi64((const __m128i *)(ps + 136)))));           \
+                    }                                                                        \
                     for (int i = 0; i < MR; i++) {                                           \
                         __m256i sa = s[i][0][0], sbb = s[i][1][0];                           \
                         for (int a = 1; a < NA; a++) {                                       \
@@ -328,11 +349,15 @@ X8_TILE2(x8t2_kernel_vnni, VNNI, MADD_VNNI)
                             sbb = _mm256_add_epi32(sbb, s[i][1][a]);                         \
                         }                                                                    \
                         const int32_t h0 = xh[i * n32 + xb], h1 = xi[i * n32 + xb] - h0;     \
-                        sa = _mm256_sub_epi32(sa, _mm256_set1_epi32(32 * h0));               \
-                        sbb = _mm256_sub_epi32(sbb, _mm256_set1_epi32(32 * h1));             \
+                        sa = _mm256_sub_epi32(sa, _mm256_set1_epi32(off * h0));              \
+                        sbb = _mm256_sub_epi32(sbb, _mm256_set1_epi32(off * h1));            \
                         const __m256 xd = _mm256_set1_ps(xq[i * n32 + xb].d);                \
                         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sa), _mm256_mul_ps(dA, xd), acc[i]); \
                         accm[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sbb), _mm256_mul_ps(dB, xd), accm[i]); \
+                        if (q2) {                                                            \
+                            acc[i] = _mm256_fnmadd_ps(mA, _mm256_mul_ps(xd, _mm256_set1_ps((float)h0)), acc[i]); \
+                            accm[i] = _mm256_fnmadd_ps(mB, _mm256_mul_ps(xd, _mm256_set1_ps((float)h1)), accm[i]); \
+                        }                                                                    \
                     }                                                                        \
                 } else {                                                                     \
                     const __m256 sc8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(             \
