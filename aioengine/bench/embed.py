@@ -1,7 +1,8 @@
 """The ``embed`` suite: embeddings and reranking against sentence-transformers.
 
 The same inputs, the same torch thread count (``--threads``, else the engine's policy for one
-rank), one after the other in one run:
+rank), every side loaded at once and the sides taking turns on each set, the order rotated each
+round (so load that drifts on a shared machine hits every side alike):
 
 - ``aioengine``: every input its own ``AsyncMPClient.embed`` call, all sent at once (the
   engine batches them: each step pads its inputs in batches of similar length); reranking:
@@ -32,6 +33,7 @@ optional (``pip install 'aioengine[bench]'``): without it, only the ``aioengine`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import math
@@ -39,7 +41,7 @@ import os
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,38 +93,24 @@ def run(options: BenchOptions, sizes: Sizes | None = None) -> list[Result]:
     if not sides:
         return []
     model = EMBEDDER if options.model == "tiny" else options.model
-    threads = _threads(options)
     rng = random.Random(SEED)
     words = vocabulary_words(model)
-    texts = {name: make_texts(rng, words, name, sizes) for name in SETS if name in sets}
-    pairs: list[tuple[str, str]] = []
-    reranker = None
-    if RERANK in sets:
-        reranker = _reranker_dir()
-        if reranker is not None:
-            pairs = make_pairs(rng, words, sizes)
-    repeats = sizes.repeats
-    steps = len(sides) * (len(texts) + (1 if pairs else 0))
-    ours: dict[str, Any] = {}
-    peer: dict[str, Any] = {}
-    results: list[Result] = []
+    work: dict[str, Any] = {name: make_texts(rng, words, name, sizes)
+                            for name in SETS if name in sets}
+    reranker = _reranker_dir() if RERANK in sets else None
+    if reranker is not None:
+        work[RERANK] = make_pairs(rng, words, sizes)
+    if not work:
+        return []
+    steps = sizes.repeats * len(work) * len(sides)
     with Progress(steps, SUITE, options.progress) as bar:
-        for side in sides:
-            bar.label(side)
-            if side == OURS:
-                rates, outputs = asyncio.run(_aioengine(model, reranker, texts, pairs, threads,
-                                                        repeats, bar))
-                ours = outputs
-            else:
-                rates, outputs = _sentence_transformers(model, reranker, texts, pairs,
-                                                        threads, PEERS[side], repeats, bar)
-                if side == BASELINE:
-                    peer = outputs
-            results += [Result(SUITE, side, _rate_metric(name), statistics.median(v),
-                               "pairs/s" if name == RERANK else "emb/s", samples=tuple(v))
-                        for name, v in rates.items()]
-    if ours and peer:
-        results += agreement(ours, peer)
+        rates, outputs = asyncio.run(_measure(model, reranker, work, sides, _threads(options),
+                                              sizes.repeats, bar))
+    results = [Result(SUITE, side, _rate_metric(name), statistics.median(v),
+                      "pairs/s" if name == RERANK else "emb/s", samples=tuple(v))
+               for (side, name), v in rates.items()]
+    if OURS in outputs and BASELINE in outputs:
+        results += agreement(outputs[OURS], outputs[BASELINE])
     return results
 
 
@@ -202,60 +190,75 @@ def make_pairs(rng: random.Random, words: list[str], sizes: Sizes) -> list[tuple
 
 # ---- the two sides ------------------------------------------------------------------------------
 
-def _timed(fn: Callable[[], Any], repeats: int) -> tuple[list[float], Any]:
-    """The seconds of each of ``repeats`` timed calls, after one untimed call; and the last
-    call's output."""
-    out = fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return times, out
+Runner = Callable[[Any], Awaitable[Any]]
 
 
-async def _aioengine(model: str, reranker: str | None, texts: dict[str, list[str]],
-                     pairs: list[tuple[str, str]], threads: int, repeats: int,
-                     bar: Progress) -> tuple[dict[str, list[float]], dict[str, Any]]:
+async def _measure(model: str, reranker: str | None, work: dict[str, Any], sides: list[str],
+                   threads: int, repeats: int, bar: Progress
+                   ) -> tuple[dict[tuple[str, str], list[float]], dict[str, dict[str, Any]]]:
+    """Every side loaded at once (an idle engine takes no CPU), one untimed call of each on
+    each set, then ``repeats`` rounds in which each set runs on every side in turn, the order
+    rotated each round: load that drifts during the run hits every side alike. Returns the
+    rates by (side, set) and each side's outputs by set."""
+    import torch
+
+    async with contextlib.AsyncExitStack() as stack:
+        runners: dict[str, dict[str, Runner]] = {}
+        before = torch.get_num_threads()
+        stack.callback(torch.set_num_threads, before)
+        torch.set_num_threads(threads)  # this process's torch: the peer's (ours are children)
+        for side in sides:
+            bar.label(f"loading {side}")
+            if side == OURS:
+                runners[side] = await _aioengine(stack, model, reranker, work, threads)
+            else:
+                runners[side] = _sentence_transformers(model, reranker, work, PEERS[side])
+        outputs = {side: {name: await run(work[name]) for name, run in by_set.items()}
+                   for side, by_set in runners.items()}
+        rates: dict[tuple[str, str], list[float]] = {}
+        for r in range(repeats):
+            for name, batch in work.items():
+                for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+                    bar.label(f"{side} {name}")
+                    t0 = time.perf_counter()
+                    outputs[side][name] = await runners[side][name](batch)
+                    rates.setdefault((side, name), []).append(
+                        len(batch) / (time.perf_counter() - t0))
+                    bar.advance()
+    return rates, outputs
+
+
+async def _aioengine(stack: contextlib.AsyncExitStack, model: str, reranker: str | None,
+                     work: dict[str, Any], threads: int) -> dict[str, Runner]:
+    """Embeddings: every input its own ``embed`` call, all at once. Reranking: one ``rerank``
+    per query, all queries at once; scores back in the pairs' order."""
     from aioengine import AsyncMPClient, EngineConfig
 
-    rates: dict[str, list[float]] = {}
-    outputs: dict[str, Any] = {}
-    if texts:
-        async with AsyncMPClient(EngineConfig(model=model, num_threads=threads)) as client:
-            async def embed_all(batch: list[str]) -> np.ndarray:
-                outs = await asyncio.gather(*(client.embed(t) for t in batch))
-                return np.array([o.embedding for o in outs], dtype=np.float32)
+    runners: dict[str, Runner] = {}
+    if any(name in SETS for name in work):
+        embedder = await stack.enter_async_context(
+            AsyncMPClient(EngineConfig(model=model, num_threads=threads)))
 
-            for name, batch in texts.items():
-                await embed_all(batch)  # warm-up
-                times = []
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    outputs[name] = await embed_all(batch)
-                    times.append(time.perf_counter() - t0)
-                rates[name] = [len(batch) / t for t in times]
-                bar.advance()
-    if pairs and reranker is not None:
-        groups = _by_query(pairs)
-        async with AsyncMPClient(EngineConfig(model=reranker, num_threads=threads)) as client:
-            async def rerank_all() -> np.ndarray:
-                ranked = await asyncio.gather(*(client.rerank(q, docs) for q, docs in groups))
-                scores = []
-                for results in ranked:
-                    by_index = {r.index: r.relevance_score for r in results}
-                    scores += [by_index[i] for i in range(len(by_index))]
-                return np.array(scores, dtype=np.float64)
+        async def embed_all(batch: list[str]) -> np.ndarray:
+            outs = await asyncio.gather(*(embedder.embed(t) for t in batch))
+            return np.array([o.embedding for o in outs], dtype=np.float32)
 
-            await rerank_all()
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                outputs[RERANK] = await rerank_all()
-                times.append(time.perf_counter() - t0)
-            rates[RERANK] = [len(pairs) / t for t in times]
-            bar.advance()
-    return rates, outputs
+        runners.update({name: embed_all for name in work if name in SETS})
+    if RERANK in work and reranker is not None:
+        scorer = await stack.enter_async_context(
+            AsyncMPClient(EngineConfig(model=reranker, num_threads=threads)))
+
+        async def rerank_all(pairs: list[tuple[str, str]]) -> np.ndarray:
+            groups = _by_query(pairs)
+            ranked = await asyncio.gather(*(scorer.rerank(q, docs) for q, docs in groups))
+            scores: list[float] = []
+            for results in ranked:
+                by_index = {r.index: r.relevance_score for r in results}
+                scores += [by_index[i] for i in range(len(by_index))]
+            return np.array(scores, dtype=np.float64)
+
+        runners[RERANK] = rerank_all
+    return runners
 
 
 def _by_query(pairs: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
@@ -265,42 +268,34 @@ def _by_query(pairs: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
     return list(groups.items())
 
 
-def _sentence_transformers(model: str, reranker: str | None, texts: dict[str, list[str]],
-                           pairs: list[tuple[str, str]], threads: int, batch_size: int,
-                           repeats: int, bar: Progress
-                           ) -> tuple[dict[str, list[float]], dict[str, Any]]:
-    import torch
+def _sentence_transformers(model: str, reranker: str | None, work: dict[str, Any],
+                           batch_size: int) -> dict[str, Runner]:
+    """``SentenceTransformer.encode`` and ``CrossEncoder.predict`` at ``batch_size`` (each
+    call blocks the event loop, where nothing else runs meanwhile)."""
     from sentence_transformers import CrossEncoder, SentenceTransformer
     from transformers.utils import logging as hf_logging
 
     from aioengine.hub import resolve_model
 
     hf_logging.disable_progress_bar()  # its "Loading weights" bars, under the suite's own
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    rates: dict[str, list[float]] = {}
-    outputs: dict[str, Any] = {}
-    try:
-        if texts:
-            st = SentenceTransformer(resolve_model(model).model_path, device="cpu")
-            for name, batch in texts.items():
-                times, outputs[name] = _timed(
-                    lambda b=batch: st.encode(b, batch_size=batch_size, convert_to_numpy=True,
-                                              show_progress_bar=False), repeats)
-                rates[name] = [len(batch) / t for t in times]
-                bar.advance()
-            del st
-        if pairs and reranker is not None:
-            ce = CrossEncoder(reranker, device="cpu", max_length=512)
-            times, scores = _timed(
-                lambda: ce.predict(pairs, batch_size=batch_size, convert_to_numpy=True,
-                                   show_progress_bar=False), repeats)
-            outputs[RERANK] = np.asarray(scores, dtype=np.float64)
-            rates[RERANK] = [len(pairs) / t for t in times]
-            bar.advance()
-    finally:
-        torch.set_num_threads(before)
-    return rates, outputs
+    runners: dict[str, Runner] = {}
+    if any(name in SETS for name in work):
+        st = SentenceTransformer(resolve_model(model).model_path, device="cpu")
+
+        async def encode(batch: list[str]) -> np.ndarray:
+            return np.asarray(st.encode(batch, batch_size=batch_size, convert_to_numpy=True,
+                                        show_progress_bar=False), dtype=np.float32)
+
+        runners.update({name: encode for name in work if name in SETS})
+    if RERANK in work and reranker is not None:
+        ce = CrossEncoder(reranker, device="cpu", max_length=512)
+
+        async def predict(pairs: list[tuple[str, str]]) -> np.ndarray:
+            return np.asarray(ce.predict(pairs, batch_size=batch_size, convert_to_numpy=True,
+                                         show_progress_bar=False), dtype=np.float64)
+
+        runners[RERANK] = predict
+    return runners
 
 
 def agreement(ours: dict[str, Any], peer: dict[str, Any]) -> list[Result]:
@@ -308,7 +303,7 @@ def agreement(ours: dict[str, Any], peer: dict[str, Any]) -> list[Result]:
     results = []
     for name in SETS:
         if name in ours and name in peer:
-            a, b = ours[name], peer[name]
+            a, b = ours[name].astype(np.float64), peer[name].astype(np.float64)
             cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
             results += [Result(SUITE, OURS, f"{name}_cos_mean", float(cos.mean()), "cos"),
                         Result(SUITE, OURS, f"{name}_cos_min", float(cos.min()), "cos")]
