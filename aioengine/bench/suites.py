@@ -16,6 +16,8 @@ SUITES: tuple[tuple[str, str, str], ...] = (
     ("scale", "aioengine.bench.scale", "data-parallel replicas vs one engine; prefix routing"),
     ("structured", "aioengine.bench.structured",
      "JSON-schema constrained decode vs unconstrained; grammar compile and mask times"),
+    ("embed", "aioengine.bench.embed",
+     "embeddings/s and rerank pairs/s vs sentence-transformers, with their agreement"),
 )
 
 
