@@ -32,7 +32,7 @@ def test_ready_payload(engine, vocab_size):
     assert ready.pop("kv_bytes_per_block") == 2 * 4 * 4 * 4 * 32 * dtype_bytes
     assert ready == {"num_kv_blocks": 40, "max_model_len": 96, "block_size": 4,
                      "eos_token_id": 1, "vocab_size": vocab_size,
-                     "kv_sized_by": "num_kv_blocks=40"}
+                     "kv_sized_by": "num_kv_blocks=40", "task": "generate"}
 
 
 def test_300_requests_match_each_run_alone(engine, vocab_size, alone_reference):
