@@ -426,8 +426,9 @@ class AsyncMPClient:
         rid = check_request_id(request_id, link.streams)
         priority = check_priority(priority)
         now = time.time()
+        # a pooling request answers a vector, never text: no detokenizer to set up for it
         detok = (self.tokenizer.detokenizer(ids, params.skip_special_tokens)
-                 if self.config.detokenize_in == "host" else None)
+                 if self.config.detokenize_in == "host" and not pooling else None)
         # A stream that ended here first (break, stop string, abort) may still run in the
         # engine, with its outputs and our abort in flight: a fresh wire id per request keeps
         # a caller's reused id apart from it.

@@ -52,11 +52,12 @@ class EmbeddingModel:
         """``matryoshka_dimensions`` (or ``is_matryoshka``) from ``config.json`` or
         ``config_sentence_transformers.json``, as vLLM reads them."""
         dims: tuple[int, ...] | None = None
-        size = (read_json(f"{model_path}/config.json") or {}).get("hidden_size")
+        configs = [read_json(f"{model_path}/{name}") or {}
+                   for name in ("config.json", "config_sentence_transformers.json")]
+        size = configs[0].get("hidden_size")
         if not isinstance(size, int):
             raise ValueError(f"{model_path}/config.json has no integer 'hidden_size'")
-        for name in ("config.json", "config_sentence_transformers.json"):
-            config = read_json(f"{model_path}/{name}") or {}
+        for config in configs:
             listed = config.get("matryoshka_dimensions")
             if isinstance(listed, list) and all(isinstance(d, int) for d in listed):
                 dims = tuple(listed)

@@ -140,6 +140,8 @@ class EngineCore:
         """An embedding or reranking model answers only pooling requests, and the reverse; a
         pooling input runs whole in one step; only a reranker takes text pairs."""
         task = self.model_info.task
+        if task == "generate" and not msg.pooling and not msg.pair_start:
+            return None  # a generation request to a generation model: the usual case
         name = ", ".join(self.model_info.architectures) or "this model"
         if task != "generate" and not msg.pooling:
             return (f"the model ({name}) is an {TASK_NAMES[task]} model: it answers "
